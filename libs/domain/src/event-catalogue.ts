@@ -1,0 +1,166 @@
+/**
+ * The catalogue as one discriminated union, and the one validator for the write path.
+ */
+import { plainToInstance, type ClassConstructor } from 'class-transformer';
+import { validateSync, type ValidationError } from 'class-validator';
+import {
+  AppendRejectedData,
+  ApprovalRequestedData,
+  ApprovalResolvedData,
+  MessageAddedData,
+  ModelCallData,
+  RunFinishedData,
+  RunStartedData,
+  ToolFinishedData,
+  ToolStartedData,
+  TranscriptAddedData,
+  TurnFinishedData,
+  TurnStartedData,
+  TurnSteeredData,
+} from './event-data.dto';
+import { EVENT_TYPES, isEventType, type EventType } from './event-types';
+
+export interface EventDataByType {
+  'run.started': RunStartedData;
+  'run.finished': RunFinishedData;
+  'turn.started': TurnStartedData;
+  'turn.finished': TurnFinishedData;
+  'turn.steered': TurnSteeredData;
+  'message.added': MessageAddedData;
+  'transcript.added': TranscriptAddedData;
+  'model.call': ModelCallData;
+  'tool.started': ToolStartedData;
+  'tool.finished': ToolFinishedData;
+  'approval.requested': ApprovalRequestedData;
+  'approval.resolved': ApprovalResolvedData;
+  'append.rejected': AppendRejectedData;
+}
+
+/** Exhaustive by construction: a type added to EVENT_TYPES without a schema fails to compile. */
+export const EVENT_SCHEMAS: { [K in EventType]: ClassConstructor<EventDataByType[K]> } = {
+  'run.started': RunStartedData,
+  'run.finished': RunFinishedData,
+  'turn.started': TurnStartedData,
+  'turn.finished': TurnFinishedData,
+  'turn.steered': TurnSteeredData,
+  'message.added': MessageAddedData,
+  'transcript.added': TranscriptAddedData,
+  'model.call': ModelCallData,
+  'tool.started': ToolStartedData,
+  'tool.finished': ToolFinishedData,
+  'approval.requested': ApprovalRequestedData,
+  'approval.resolved': ApprovalResolvedData,
+  'append.rejected': AppendRejectedData,
+};
+
+export type EventOf<K extends EventType> = {
+  id: string;
+  type: K;
+  data: EventDataByType[K];
+  metadata: Record<string, unknown>;
+};
+
+/** A validated event ready to be recorded. */
+export type RunEvent = { [K in EventType]: EventOf<K> }[EventType];
+
+export interface Problem {
+  /** Index of the event in the batch, when the problem belongs to one event. */
+  index?: number;
+  field: string;
+  rule: string;
+  message: string;
+}
+
+export type Validated<T> = { ok: true; value: T } | { ok: false; problems: Problem[] };
+
+const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const ENVELOPE_FIELDS = new Set(['id', 'type', 'data', 'metadata']);
+
+export function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/**
+ * Tool arguments that are not an object (null, arrays, numbers, unparsable strings) are kept
+ * under `{ raw }` rather than passed on as an input the typed surface could never produce.
+ */
+export function normalizeToolInput(input: unknown): Record<string, unknown> {
+  return isPlainObject(input) ? input : { raw: input };
+}
+
+function normalizeData(type: EventType, data: Record<string, unknown>): Record<string, unknown> {
+  if ((type === 'tool.started' || type === 'approval.requested') && 'input' in data) {
+    return { ...data, input: normalizeToolInput(data.input) };
+  }
+  return data;
+}
+
+function flatten(errors: ValidationError[], prefix: string, index: number | undefined): Problem[] {
+  const problems: Problem[] = [];
+  for (const error of errors) {
+    const field = `${prefix}.${error.property}`;
+    for (const [rule, message] of Object.entries(error.constraints ?? {})) {
+      const wording = rule === 'whitelistValidation' ? `${field} is not allowed` : message;
+      problems.push({ index, field, rule, message: wording });
+    }
+    if (error.children?.length) problems.push(...flatten(error.children, field, index));
+  }
+  return problems;
+}
+
+/**
+ * Validates one event of a batch against its strict schema. Unknown types and unexpected
+ * envelope fields are problems like any other; `index` places them in the batch.
+ */
+/** A validated event as the client sent it: the server assigns a missing id. */
+export type ValidEvent = { [K in EventType]: Omit<EventOf<K>, 'id'> & { id?: string } }[EventType];
+
+export function validateEvent(input: unknown, index?: number): Validated<ValidEvent> {
+  const at = (field: string, rule: string, message: string): Problem => ({
+    index,
+    field,
+    rule,
+    message,
+  });
+  if (!isPlainObject(input))
+    return { ok: false, problems: [at('event', 'isObject', 'event must be an object')] };
+  const problems: Problem[] = [];
+  for (const key of Object.keys(input)) {
+    if (!ENVELOPE_FIELDS.has(key))
+      problems.push(at(key, 'whitelistValidation', `${key} is not allowed`));
+  }
+  const { id, type, data, metadata } = input;
+  if (id !== undefined && (typeof id !== 'string' || !UUID_PATTERN.test(id))) {
+    problems.push(at('id', 'isUuid', 'id must be a UUID'));
+  }
+  if (metadata !== undefined && !isPlainObject(metadata)) {
+    problems.push(at('metadata', 'isObject', 'metadata must be an object'));
+  }
+  if (!isEventType(type)) {
+    const message = `type must be one of: ${EVENT_TYPES.join(', ')}`;
+    problems.push(at('type', 'isEventType', message));
+    return { ok: false, problems };
+  }
+  if (!isPlainObject(data)) {
+    problems.push(at('data', 'isObject', 'data must be an object'));
+    return { ok: false, problems };
+  }
+  const normalized = normalizeData(type, data);
+  const instance = plainToInstance(EVENT_SCHEMAS[type] as ClassConstructor<object>, normalized);
+  const errors = validateSync(instance, {
+    whitelist: true,
+    forbidNonWhitelisted: true,
+    forbidUnknownValues: true,
+  });
+  problems.push(...flatten(errors, 'data', index));
+  if (problems.length > 0) return { ok: false, problems };
+  return {
+    ok: true,
+    value: {
+      ...(id === undefined ? {} : { id: id as string }),
+      type,
+      data: normalized,
+      metadata: (metadata as Record<string, unknown> | undefined) ?? {},
+    } as unknown as ValidEvent,
+  };
+}

@@ -1,0 +1,298 @@
+/**
+ * Strict data schemas of the v1 catalogue (../shared/DESIGN.md, "Event catalogue").
+ * Every field is declared; validation forbids the rest. These are the only schemas on the
+ * write path: tests and production validate through the same classes.
+ */
+import 'reflect-metadata';
+import { Type } from 'class-transformer';
+import {
+  Allow,
+  ArrayMaxSize,
+  IsArray,
+  IsBoolean,
+  IsIn,
+  IsInt,
+  IsNotEmpty,
+  IsObject,
+  IsOptional,
+  IsString,
+  Matches,
+  MaxLength,
+  Min,
+  ValidateIf,
+  ValidateNested,
+  ValidatorConstraint,
+  ValidatorConstraintInterface,
+  Validate,
+} from 'class-validator';
+import {
+  DECISIONS,
+  END_STATUSES,
+  MESSAGE_ROLES,
+  RUN_SOURCES,
+  TRANSCRIPT_ROLES,
+  type Decision,
+  type EndStatus,
+  type MessageRole,
+  type RunSource,
+  type TranscriptRole,
+} from './event-types';
+
+/** Ids that appear in URL paths (threads) are kept to a conservative, printable alphabet. */
+export const PATH_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+const MAX_ID_LENGTH = 256;
+const MAX_LABEL_LENGTH = 1024;
+
+function NonBlankId(): PropertyDecorator {
+  return (target, key) => {
+    IsString()(target, key);
+    IsNotEmpty()(target, key);
+    MaxLength(MAX_ID_LENGTH)(target, key);
+  };
+}
+
+export class RunStartedData {
+  @IsString()
+  @Matches(PATH_ID_PATTERN, { message: 'threadId must match $constraint1' })
+  threadId!: string;
+
+  @IsString()
+  @IsNotEmpty()
+  @MaxLength(MAX_LABEL_LENGTH)
+  agent!: string;
+
+  @IsIn(RUN_SOURCES)
+  source!: RunSource;
+
+  @IsOptional()
+  @IsString()
+  @MaxLength(MAX_LABEL_LENGTH)
+  title?: string;
+
+  @IsOptional()
+  @IsString()
+  goal?: string;
+}
+
+export class RunFinishedData {
+  @IsIn(END_STATUSES)
+  status!: EndStatus;
+
+  @IsOptional()
+  @IsString()
+  reason?: string;
+
+  @IsOptional()
+  @IsString()
+  errorText?: string;
+}
+
+export class TurnStartedData {
+  @NonBlankId()
+  turnId!: string;
+
+  @IsIn(RUN_SOURCES)
+  source!: RunSource;
+}
+
+export class TurnFinishedData {
+  @NonBlankId()
+  turnId!: string;
+
+  @IsIn(END_STATUSES)
+  status!: EndStatus;
+}
+
+export class TurnSteeredData {
+  @NonBlankId()
+  turnId!: string;
+
+  @IsString()
+  @IsNotEmpty()
+  instruction!: string;
+}
+
+export class MessageAddedData {
+  @NonBlankId()
+  messageId!: string;
+
+  @IsIn(MESSAGE_ROLES)
+  role!: MessageRole;
+
+  @IsString()
+  text!: string;
+}
+
+export class TranscriptAddedData {
+  @NonBlankId()
+  utteranceId!: string;
+
+  @IsIn(TRANSCRIPT_ROLES)
+  role!: TranscriptRole;
+
+  @IsString()
+  @Matches(/\S/, { message: 'text must not be blank' })
+  text!: string;
+}
+
+/** A model message's content: a string, or parts that each name their `type`. */
+@ValidatorConstraint({ name: 'isMessageContent' })
+class MessageContentConstraint implements ValidatorConstraintInterface {
+  validate(value: unknown): boolean {
+    if (typeof value === 'string') return true;
+    if (!Array.isArray(value)) return false;
+    return value.every(
+      (part) =>
+        part !== null &&
+        typeof part === 'object' &&
+        !Array.isArray(part) &&
+        typeof (part as { type?: unknown }).type === 'string' &&
+        ((part as { type: string }).type !== 'text' ||
+          typeof (part as { text?: unknown }).text === 'string'),
+    );
+  }
+
+  defaultMessage(): string {
+    return 'content must be a string or an array of parts, each an object with a string type (text parts with a string text)';
+  }
+}
+
+export const MODEL_MESSAGE_ROLES = ['system', 'user', 'assistant', 'tool'] as const;
+
+export class ModelMessage {
+  @IsIn(MODEL_MESSAGE_ROLES)
+  role!: (typeof MODEL_MESSAGE_ROLES)[number];
+
+  @Validate(MessageContentConstraint)
+  content!: string | ModelMessagePart[];
+
+  @IsOptional()
+  @IsString()
+  name?: string;
+
+  @IsOptional()
+  @IsString()
+  toolCallId?: string;
+}
+
+export interface ModelMessagePart {
+  type: string;
+  text?: string;
+  [key: string]: unknown;
+}
+
+export class ModelCallData {
+  @NonBlankId()
+  callId!: string;
+
+  @IsString()
+  @IsNotEmpty()
+  @MaxLength(MAX_LABEL_LENGTH)
+  model!: string;
+
+  @IsArray()
+  @ValidateNested({ each: true })
+  @Type(() => ModelMessage)
+  messages!: ModelMessage[];
+
+  @IsOptional()
+  @IsArray()
+  @IsObject({ each: true })
+  tools?: Record<string, unknown>[];
+}
+
+export class ToolStartedData {
+  @NonBlankId()
+  toolCallId!: string;
+
+  @IsString()
+  @IsNotEmpty()
+  @MaxLength(MAX_LABEL_LENGTH)
+  toolName!: string;
+
+  @IsObject()
+  input!: Record<string, unknown>;
+}
+
+export class ToolFinishedData {
+  @NonBlankId()
+  toolCallId!: string;
+
+  @IsOptional()
+  @IsString()
+  @IsNotEmpty()
+  @MaxLength(MAX_LABEL_LENGTH)
+  toolName?: string;
+
+  @Allow()
+  output?: unknown;
+
+  @IsBoolean()
+  failed!: boolean;
+
+  @ValidateIf((o: ToolFinishedData) => o.failed === true || o.errorText !== undefined)
+  @IsString({ message: 'errorText is required when failed is true' })
+  @IsNotEmpty({ message: 'errorText is required when failed is true' })
+  errorText?: string;
+}
+
+export class ApprovalRequestedData {
+  @NonBlankId()
+  approvalId!: string;
+
+  @NonBlankId()
+  toolCallId!: string;
+
+  @IsString()
+  @IsNotEmpty()
+  @MaxLength(MAX_LABEL_LENGTH)
+  toolName!: string;
+
+  @IsObject()
+  input!: Record<string, unknown>;
+
+  @IsOptional()
+  @IsString()
+  question?: string;
+
+  @IsOptional()
+  @IsArray()
+  @ArrayMaxSize(64)
+  @IsString({ each: true })
+  options?: string[];
+}
+
+export class ApprovalResolvedData {
+  @NonBlankId()
+  approvalId!: string;
+
+  @IsIn(DECISIONS)
+  decision!: Decision;
+
+  @IsString()
+  @IsNotEmpty()
+  receipt!: string;
+
+  @IsOptional()
+  @IsString()
+  decidedBy?: string;
+
+  @IsOptional()
+  @IsBoolean()
+  downgraded?: boolean;
+}
+
+export class AppendRejectedData {
+  @IsString()
+  @IsNotEmpty()
+  reason!: string;
+
+  @IsInt()
+  @Min(0)
+  declaredBytes!: number;
+
+  @IsOptional()
+  @IsInt()
+  @Min(0)
+  limitBytes?: number;
+}

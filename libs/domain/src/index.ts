@@ -1,0 +1,6 @@
+export * from './canonical-json';
+export * from './event-catalogue';
+export * from './event-data.dto';
+export * from './event-types';
+export * from './hash-chain';
+export * from './run-rules';

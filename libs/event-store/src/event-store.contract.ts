@@ -1,0 +1,305 @@
+/**
+ * The one contract every EventStore adapter passes (as emmett's `features.ts` and
+ * Eventuous' store specs do). An adapter's spec calls `describeEventStoreContract` once.
+ * Streams are named uniquely per test so the suite can run against a shared live server.
+ */
+import { randomUUID } from 'node:crypto';
+import {
+  EventIdConflictError,
+  WrongExpectedRevisionError,
+  type EventStore,
+  type EventToAppend,
+  type RecordedEvent,
+} from './event-store.port';
+
+export interface ContractOptions {
+  /** Time allowed for the subscription tests against a remote server. */
+  timeoutMs?: number;
+}
+
+function event(n: number, extra: Partial<EventToAppend> = {}): EventToAppend {
+  return {
+    id: randomUUID(),
+    type: 'test.happened',
+    data: { n },
+    metadata: { by: 'contract' },
+    ...extra,
+  };
+}
+
+function events(count: number, from = 0): EventToAppend[] {
+  return Array.from({ length: count }, (_, i) => event(from + i));
+}
+
+export function describeEventStoreContract(
+  adapter: string,
+  open: () => Promise<EventStore>,
+  options: ContractOptions = {},
+): void {
+  const timeout = options.timeoutMs ?? 20_000;
+
+  describe(`EventStore contract: ${adapter}`, () => {
+    let store: EventStore;
+    let prefix: string;
+    const stream = (name: string) => `${prefix}${name}`;
+
+    beforeAll(async () => {
+      store = await open();
+    });
+    afterAll(async () => {
+      await store.close();
+    });
+    beforeEach(() => {
+      prefix = `c${randomUUID().replace(/-/g, '').slice(0, 12)}-`;
+    });
+
+    describe('expected revision', () => {
+      it('no_stream creates a stream and refuses an existing one with its actual revision', async () => {
+        const first = await store.append(stream('a'), events(3), { expectedRevision: 'no_stream' });
+        expect([first.firstRevision, first.lastRevision]).toEqual([0, 2]);
+        await expect(
+          store.append(stream('a'), events(1), { expectedRevision: 'no_stream' }),
+        ).rejects.toMatchObject({ name: 'WrongExpectedRevisionError', actual: 2 });
+        expect(await store.readStream(stream('a'))).toHaveLength(3);
+      });
+
+      it('a number must be the revision of the last event', async () => {
+        await store.append(stream('a'), events(2), { expectedRevision: 'no_stream' });
+        const ok = await store.append(stream('a'), events(1), { expectedRevision: 1 });
+        expect(ok.firstRevision).toBe(2);
+        const error = await store
+          .append(stream('a'), events(1), { expectedRevision: 1 })
+          .catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(WrongExpectedRevisionError);
+        expect(error).toMatchObject({ expected: 1, actual: 2 });
+        await expect(
+          store.append(stream('missing'), events(1), { expectedRevision: 0 }),
+        ).rejects.toMatchObject({ actual: 'no_stream' });
+      });
+
+      it('stream_exists refuses a missing stream and accepts an existing one', async () => {
+        await expect(
+          store.append(stream('a'), events(1), { expectedRevision: 'stream_exists' }),
+        ).rejects.toMatchObject({ name: 'WrongExpectedRevisionError', actual: 'no_stream' });
+        expect(await store.readStream(stream('a'))).toEqual([]);
+        await store.append(stream('a'), events(1));
+        const ok = await store.append(stream('a'), events(1), {
+          expectedRevision: 'stream_exists',
+        });
+        expect(ok.firstRevision).toBe(1);
+      });
+
+      it('any appends at the end, whatever the stream holds', async () => {
+        const a = await store.append(stream('a'), events(1), { expectedRevision: 'any' });
+        const b = await store.append(stream('a'), events(2), { expectedRevision: 'any' });
+        expect([a.firstRevision, b.firstRevision, b.lastRevision]).toEqual([0, 1, 2]);
+      });
+    });
+
+    describe('idempotency', () => {
+      it('re-appending the same ids answers the original revisions and writes nothing', async () => {
+        const batch = events(3);
+        const first = await store.append(stream('a'), batch, { expectedRevision: 'no_stream' });
+        await store.append(stream('a'), events(1));
+        const again = await store.append(stream('a'), batch, { expectedRevision: 'no_stream' });
+        expect(again.events).toEqual(first.events);
+        expect(again.idempotent).toBe(true);
+        expect(first.idempotent).toBe(false);
+        const againAny = await store.append(stream('a'), batch);
+        expect(againAny.events).toEqual(first.events);
+        expect(await store.readStream(stream('a'))).toHaveLength(4);
+      });
+
+      it('the same id with different content is a conflict and writes nothing', async () => {
+        const original = event(1);
+        await store.append(stream('a'), [original]);
+        const error = await store
+          .append(stream('a'), [{ ...original, data: { n: 2 } }])
+          .catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(EventIdConflictError);
+        expect(error).toMatchObject({ eventId: original.id });
+        const recorded = await store.readStream(stream('a'));
+        expect(recorded.map((e) => e.data)).toEqual([{ n: 1 }]);
+      });
+    });
+
+    describe('atomicity', () => {
+      it('a refused batch writes none of its events', async () => {
+        await store.append(stream('a'), events(1));
+        await expect(
+          store.append(stream('a'), events(5), { expectedRevision: 7 }),
+        ).rejects.toBeInstanceOf(WrongExpectedRevisionError);
+        const recordedOnce = event(9);
+        await store.append(stream('a'), [recordedOnce]);
+        await expect(
+          store.append(stream('a'), [event(10), { ...recordedOnce, data: { n: 11 } }, event(12)]),
+        ).rejects.toBeInstanceOf(EventIdConflictError);
+        const recorded = await store.readStream(stream('a'));
+        expect(recorded.map((e) => (e.data as { n: number }).n)).toEqual([0, 9]);
+      });
+
+      it('records a batch whole, contiguous, with its metadata', async () => {
+        const batch = events(4);
+        const result = await store.append(stream('a'), batch);
+        const recorded = await store.readStream(stream('a'));
+        expect(recorded.map((e) => e.id)).toEqual(batch.map((e) => e.id));
+        expect(recorded.map((e) => e.revision)).toEqual([0, 1, 2, 3]);
+        expect(recorded[0]).toMatchObject({
+          stream: stream('a'),
+          type: 'test.happened',
+          data: { n: 0 },
+          metadata: { by: 'contract' },
+        });
+        expect(Date.parse(recorded[0].recordedAt)).not.toBeNaN();
+        expect(result.events.map((e) => e.position)).toEqual(recorded.map((e) => e.position));
+        expect(result.position).toBe(recorded[3].position);
+      });
+    });
+
+    describe('reads', () => {
+      it('reads forwards and backwards from a revision with a limit', async () => {
+        await store.append(stream('a'), events(10));
+        const forwards = await store.readStream(stream('a'), { fromRevision: 3, maxCount: 4 });
+        expect(forwards.map((e) => e.revision)).toEqual([3, 4, 5, 6]);
+        const backwards = await store.readStream(stream('a'), {
+          fromRevision: 6,
+          direction: 'backwards',
+          maxCount: 3,
+        });
+        expect(backwards.map((e) => e.revision)).toEqual([6, 5, 4]);
+        const last = await store.readStream(stream('a'), { direction: 'backwards', maxCount: 1 });
+        expect(last.map((e) => e.revision)).toEqual([9]);
+        expect(await store.readStream(stream('missing'))).toEqual([]);
+      });
+
+      it('readAll reads from a position, in position order, filtered by stream prefix', async () => {
+        await store.append(stream('a-1'), events(2));
+        await store.append(stream('b-1'), events(2));
+        const mid = await store.append(stream('a-2'), events(2));
+        await store.append(stream('b-2'), events(1));
+        await store.append(stream('a-1'), events(1, 2));
+        const all = await store.readAll({ fromPosition: 0, streamPrefix: stream('a-') });
+        expect(all.map((e) => e.stream)).toEqual([
+          stream('a-1'),
+          stream('a-1'),
+          stream('a-2'),
+          stream('a-2'),
+          stream('a-1'),
+        ]);
+        assertStrictlyIncreasing(all);
+        const fromMid = await store.readAll({
+          fromPosition: mid.events[1].position,
+          streamPrefix: stream('a-'),
+          maxCount: 10,
+        });
+        expect(fromMid.map((e) => e.position)).toEqual(all.slice(3).map((e) => e.position));
+        const limited = await store.readAll({
+          fromPosition: 0,
+          streamPrefix: stream('a-'),
+          maxCount: 2,
+        });
+        expect(limited).toHaveLength(2);
+        expect(await store.headPosition()).toBeGreaterThanOrEqual(all[4].position);
+      });
+    });
+
+    describe('subscribeToAll', () => {
+      it(
+        'catches up, then goes live, with no gap and no duplicate while appends race the switch',
+        async () => {
+          const before = 40;
+          const during = 60;
+          for (let i = 0; i < before; i += 4)
+            await store.append(stream(`s-${i % 3}`), events(4, i));
+          const subscription = store.subscribeToAll({
+            fromPosition: 'start',
+            streamPrefix: stream('s-'),
+          });
+          const seen: RecordedEvent[] = [];
+          const collecting = (async () => {
+            for await (const e of subscription) {
+              seen.push(e);
+              if (seen.length === before + during) break;
+            }
+          })();
+          await Promise.all(
+            Array.from({ length: during }, (_, i) =>
+              store.append(stream(`s-${i % 5}`), [event(before + i)]),
+            ),
+          );
+          await collecting;
+          await subscription.close();
+          const numbers = seen.map((e) => (e.data as { n: number }).n).sort((a, b) => a - b);
+          expect(numbers).toEqual(Array.from({ length: before + during }, (_, i) => i));
+          assertStrictlyIncreasing(seen);
+        },
+        timeout,
+      );
+
+      it(
+        'resumes after a checkpoint position without repeating it',
+        async () => {
+          const first = await store.append(stream('r'), events(3));
+          const checkpoint = first.events[1].position;
+          const subscription = store.subscribeToAll({
+            fromPosition: checkpoint,
+            streamPrefix: stream('r'),
+          });
+          const seen: RecordedEvent[] = [];
+          const collecting = (async () => {
+            for await (const e of subscription) {
+              seen.push(e);
+              if (seen.length === 2) break;
+            }
+          })();
+          await store.append(stream('r'), events(1, 3));
+          await collecting;
+          await subscription.close();
+          expect(seen.map((e) => (e.data as { n: number }).n)).toEqual([2, 3]);
+        },
+        timeout,
+      );
+    });
+
+    describe('concurrency', () => {
+      it('of N concurrent appenders with the same expected revision exactly one wins', async () => {
+        await store.append(stream('race'), events(1));
+        const contenders = 20;
+        const outcomes = await Promise.allSettled(
+          Array.from({ length: contenders }, (_, i) =>
+            store.append(stream('race'), [event(100 + i)], { expectedRevision: 0 }),
+          ),
+        );
+        const won = outcomes.filter((o) => o.status === 'fulfilled');
+        const lost = outcomes.filter((o) => o.status === 'rejected');
+        expect(won).toHaveLength(1);
+        expect(lost).toHaveLength(contenders - 1);
+        for (const o of lost) {
+          expect((o as PromiseRejectedResult).reason).toBeInstanceOf(WrongExpectedRevisionError);
+        }
+        expect(await store.readStream(stream('race'))).toHaveLength(2);
+      });
+
+      it('positions are strictly increasing across streams appended concurrently', async () => {
+        await Promise.all(
+          Array.from({ length: 30 }, (_, i) =>
+            store.append(stream(`p-${i % 6}`), events(2, i * 2)),
+          ),
+        );
+        const all = await store.readAll({ streamPrefix: stream('p-') });
+        expect(all).toHaveLength(60);
+        assertStrictlyIncreasing(all);
+        for (let s = 0; s < 6; s += 1) {
+          const revisions = all.filter((e) => e.stream === stream(`p-${s}`)).map((e) => e.revision);
+          expect(revisions).toEqual(revisions.map((_, i) => i));
+        }
+      });
+    });
+  });
+}
+
+function assertStrictlyIncreasing(recorded: RecordedEvent[]): void {
+  for (let i = 1; i < recorded.length; i += 1) {
+    expect(recorded[i].position).toBeGreaterThan(recorded[i - 1].position);
+  }
+}

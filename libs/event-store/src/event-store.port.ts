@@ -1,0 +1,152 @@
+/**
+ * The event store port, split into a reader and a writer (as Eventuous does). Adapters:
+ * `sqlite.event-store.ts` (embedded default) and `esdb.event-store.ts` (EventStoreDB /
+ * KurrentDB). Both pass `event-store.contract.ts`.
+ */
+
+/** `any` appends whatever the stream holds; a number is the revision of the stream's last event. */
+export type ExpectedRevision = number | 'no_stream' | 'stream_exists' | 'any';
+
+export interface EventToAppend {
+  id: string;
+  type: string;
+  data: unknown;
+  metadata: Record<string, unknown>;
+}
+
+export interface RecordedEvent {
+  id: string;
+  stream: string;
+  type: string;
+  /** 0-based index of the event in its stream. */
+  revision: number;
+  /** Global, strictly increasing; every reader sees the same order. */
+  position: number;
+  data: unknown;
+  metadata: Record<string, unknown>;
+  /** ISO-8601 UTC. */
+  recordedAt: string;
+}
+
+export interface AppendResult {
+  firstRevision: number;
+  lastRevision: number;
+  /** Position of the batch's last event. */
+  position: number;
+  events: { id: string; revision: number; position: number }[];
+  /** True when every id was already recorded: nothing was written, the originals are answered. */
+  idempotent: boolean;
+}
+
+export interface AppendOptions {
+  expectedRevision?: ExpectedRevision;
+}
+
+export interface ReadStreamOptions {
+  /** Inclusive. Defaults to 0 forwards, to the last event backwards. */
+  fromRevision?: number;
+  direction?: 'forwards' | 'backwards';
+  maxCount?: number;
+}
+
+export interface ReadAllOptions {
+  /** Inclusive; 0 reads from the beginning. */
+  fromPosition?: number;
+  maxCount?: number;
+  streamPrefix?: string;
+}
+
+export interface SubscribeOptions {
+  /** Exclusive: the subscription yields the events after this position (a checkpoint). */
+  fromPosition?: number | 'start' | 'end';
+  streamPrefix?: string;
+}
+
+/** Catch-up then live; never skips or repeats an event across the switch. `close()` ends it. */
+export interface Subscription extends AsyncIterable<RecordedEvent> {
+  close(): Promise<void>;
+}
+
+export interface EventStoreWriter {
+  /**
+   * Appends a batch atomically. Ids already recorded in the stream with the same type and
+   * data make the call idempotent (the originals are answered, nothing is written) whatever
+   * the expected revision; an id recorded with other content is an `EventIdConflictError`.
+   */
+  append(stream: string, events: EventToAppend[], options?: AppendOptions): Promise<AppendResult>;
+}
+
+export interface EventStoreReader {
+  readStream(stream: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
+  readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
+  subscribeToAll(options?: SubscribeOptions): Subscription;
+  /** Position of the newest event in the log, 0 when empty. */
+  headPosition(): Promise<number>;
+}
+
+export interface EventStore extends EventStoreReader, EventStoreWriter {
+  /** Confirms the store answers; throws when it does not. */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export const EVENT_STORE = Symbol('EVENT_STORE');
+
+/** Whether an expectation holds for a stream whose last revision is `head` (undefined: no stream). */
+export function expectationHolds(expected: ExpectedRevision, head: number | undefined): boolean {
+  switch (expected) {
+    case 'any':
+      return true;
+    case 'no_stream':
+      return head === undefined;
+    case 'stream_exists':
+      return head !== undefined;
+    default:
+      return head === expected;
+  }
+}
+
+export class WrongExpectedRevisionError extends Error {
+  readonly code = 'wrong_expected_revision';
+  constructor(
+    readonly stream: string,
+    readonly expected: ExpectedRevision,
+    /** Revision of the stream's last event, or `no_stream`. */
+    readonly actual: number | 'no_stream',
+  ) {
+    super(`stream ${stream}: expected revision ${String(expected)}, actual ${String(actual)}`);
+    this.name = 'WrongExpectedRevisionError';
+  }
+}
+
+export class EventIdConflictError extends Error {
+  readonly code = 'event_id_conflict';
+  constructor(
+    readonly stream: string,
+    readonly eventId: string,
+    detail: string,
+  ) {
+    super(`stream ${stream}: event id ${eventId} ${detail}`);
+    this.name = 'EventIdConflictError';
+  }
+}
+
+export class AppendTooLargeError extends Error {
+  readonly code = 'append_too_large';
+  constructor(
+    readonly stream: string,
+    readonly limitBytes: number | null,
+    detail: string,
+  ) {
+    super(`stream ${stream}: ${detail}`);
+    this.name = 'AppendTooLargeError';
+  }
+}
+
+export class StoreUnavailableError extends Error {
+  readonly code = 'store_unavailable';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'StoreUnavailableError';
+  }
+}

@@ -1,0 +1,46 @@
+/**
+ * The service's Prometheus metrics, on a registry of their own (so tests and several app
+ * instances in one process never collide on the global default registry).
+ */
+import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
+
+export class Metrics {
+  readonly registry = new Registry();
+
+  readonly appendedEvents = new Counter({
+    name: 'runledger_appended_events_total',
+    help: 'Events offered for append, by type and outcome (recorded, idempotent, rejected)',
+    labelNames: ['type', 'outcome'] as const,
+    registers: [this.registry],
+  });
+
+  readonly appendedBytes = new Counter({
+    name: 'runledger_appended_bytes_total',
+    help: 'Canonical JSON bytes of recorded event data, by type',
+    labelNames: ['type'] as const,
+    registers: [this.registry],
+  });
+
+  readonly rejections = new Counter({
+    name: 'runledger_rejections_total',
+    help: 'Refused requests, by reason (the error code answered)',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+
+  readonly httpDuration = new Histogram({
+    name: 'runledger_http_request_duration_seconds',
+    help: 'HTTP request latency, by method, route and status',
+    labelNames: ['method', 'route', 'status'] as const,
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: 'runledger_' });
+  }
+
+  async render(): Promise<string> {
+    return this.registry.metrics();
+  }
+}

@@ -1,0 +1,38 @@
+/**
+ * Composes the api service: configuration, access, the event store, the run log and the
+ * operational endpoints.
+ */
+import { Module, type DynamicModule } from '@nestjs/common';
+import { APP_FILTER, APP_GUARD } from '@nestjs/core';
+import { EventStoreModule, openEventStore } from '@runledger/event-store';
+import { Metrics } from '@runledger/observability';
+import { AccessGuard } from './auth/access.guard';
+import { ApiKeyTable } from './auth/api-keys';
+import { APP_CONFIG, type ApiKey, type AppConfig } from './config/config';
+import { HealthController } from './health/health.controller';
+import { ErrorFilter } from './http/error.filter';
+import { RunLogService } from './runs/run-log.service';
+import { RunsController } from './runs/runs.controller';
+
+@Module({})
+export class AppModule {
+  static create(config: AppConfig, keys: readonly ApiKey[]): DynamicModule {
+    return {
+      module: AppModule,
+      imports: [
+        EventStoreModule.forRootAsync({
+          useFactory: () => openEventStore(config),
+        }),
+      ],
+      controllers: [RunsController, HealthController],
+      providers: [
+        { provide: APP_CONFIG, useValue: config },
+        { provide: ApiKeyTable, useValue: new ApiKeyTable(keys) },
+        Metrics,
+        RunLogService,
+        { provide: APP_GUARD, useClass: AccessGuard },
+        { provide: APP_FILTER, useClass: ErrorFilter },
+      ],
+    };
+  }
+}

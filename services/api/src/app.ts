@@ -1,0 +1,60 @@
+/**
+ * Builds the Fastify-based Nest application, ready to listen. Tests use it directly
+ * (supertest against the real app); main.ts adds the process concerns.
+ */
+import { type LoggerService } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
+import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
+import { Metrics } from '@runledger/observability';
+import { AppModule } from './app.module';
+import type { ApiKey, AppConfig } from './config/config';
+
+export async function createApp(
+  config: AppConfig,
+  keys: readonly ApiKey[],
+  logger: LoggerService | false = false,
+): Promise<NestFastifyApplication> {
+  const adapter = new FastifyAdapter({
+    bodyLimit: config.bodyMaxBytes,
+    // A JSON key like __proto__ or constructor.prototype is refused, never merged.
+    onProtoPoisoning: 'error',
+    onConstructorPoisoning: 'error',
+  });
+  const app = await NestFactory.create<NestFastifyApplication>(
+    AppModule.create(config, keys),
+    adapter,
+    {
+      logger,
+      bufferLogs: false,
+    },
+  );
+  const fastify = app.getHttpAdapter().getInstance();
+  const metrics = app.get(Metrics);
+  fastify.addHook('onResponse', (request, reply, done) => {
+    metrics.httpDuration.observe(
+      {
+        method: request.method,
+        route: request.routeOptions.url ?? 'unmatched',
+        status: String(reply.statusCode),
+      },
+      reply.elapsedTime / 1000,
+    );
+    done();
+  });
+  const document = SwaggerModule.createDocument(
+    app,
+    new DocumentBuilder()
+      .setTitle('runledger')
+      .setDescription(
+        'The durable, auditable record of AI agent runs. Authenticate with `Authorization: Bearer <key>`.',
+      )
+      .setVersion('1')
+      .addBearerAuth()
+      .build(),
+  );
+  SwaggerModule.setup('docs', app, document);
+  await app.init();
+  await fastify.ready();
+  return app;
+}

@@ -1,0 +1,40 @@
+/**
+ * The one place that decides access, for every route: bearer key → tenant and scopes,
+ * checked against the scope the route declares. Tenant ownership of a run or thread is
+ * decided where the run is read, and answered 404 so a foreign id reveals nothing.
+ */
+import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import type { FastifyRequest } from 'fastify';
+import { ApiError } from '../http/api-error';
+import { ACCESS_KEY, type Access } from './access.decorators';
+import { ApiKeyTable } from './api-keys';
+
+@Injectable()
+export class AccessGuard implements CanActivate {
+  constructor(
+    private readonly reflector: Reflector,
+    private readonly keys: ApiKeyTable,
+  ) {}
+
+  canActivate(context: ExecutionContext): boolean {
+    const access = this.reflector.getAllAndOverride<Access | undefined>(ACCESS_KEY, [
+      context.getHandler(),
+      context.getClass(),
+    ]);
+    if (access === undefined)
+      throw new ApiError(403, 'forbidden', 'this route declares no access rule');
+    if ('public' in access) return true;
+    const request = context.switchToHttp().getRequest<FastifyRequest>();
+    const header = request.headers.authorization;
+    const match = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+    if (!match) throw new ApiError(401, 'unauthorized', 'send Authorization: Bearer <api key>');
+    const principal = this.keys.resolve(match[1]);
+    if (!principal) throw new ApiError(401, 'unauthorized', 'the API key is not recognised');
+    if (!principal.scopes.has(access.scope)) {
+      throw new ApiError(403, 'forbidden', `this API key lacks the ${access.scope} scope`);
+    }
+    request.principal = principal;
+    return true;
+  }
+}

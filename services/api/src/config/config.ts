@@ -1,0 +1,163 @@
+/**
+ * Every setting of runledger, read from the environment once at start-up and validated
+ * against one schema. A bad value stops the process with a message naming the variable
+ * and the rule it broke (README "Configuration" lists them all with their defaults).
+ */
+import 'reflect-metadata';
+import { plainToInstance, Transform } from 'class-transformer';
+import {
+  IsIn,
+  IsInt,
+  IsOptional,
+  IsString,
+  Matches,
+  Max,
+  Min,
+  validateSync,
+} from 'class-validator';
+
+const toInt = ({ value }: { value: unknown }) =>
+  typeof value === 'string' && /^-?\d+$/.test(value.trim()) ? Number(value.trim()) : value;
+
+export class EnvironmentSchema {
+  @Transform(toInt)
+  @IsInt({ message: 'PORT must be an integer between 0 and 65535' })
+  @Min(0, { message: 'PORT must be an integer between 0 and 65535' })
+  @Max(65535, { message: 'PORT must be an integer between 0 and 65535' })
+  PORT = 3000;
+
+  @IsString()
+  @Matches(/^\S+$/, { message: 'HOST must be a host name or address' })
+  HOST = '127.0.0.1';
+
+  @IsString()
+  @Matches(/\S/, { message: 'DATA_DIR must not be blank' })
+  DATA_DIR = './data';
+
+  @IsOptional()
+  @IsString()
+  RUNLEDGER_API_KEYS?: string;
+
+  @IsOptional()
+  @Matches(/^(esdb|esdb\+discover|kurrentdb|kurrentdb\+discover|kdb|kdb\+discover):\/\/\S+$/, {
+    message: 'EVENTSTORE_URL must be an esdb:// or kurrentdb:// connection string',
+  })
+  EVENTSTORE_URL?: string;
+
+  @IsIn(['FULL', 'NORMAL'], { message: 'SQLITE_SYNCHRONOUS must be FULL or NORMAL' })
+  SQLITE_SYNCHRONOUS: 'FULL' | 'NORMAL' = 'FULL';
+
+  @Transform(toInt)
+  @IsInt({ message: 'BODY_MAX_BYTES must be an integer of at least 1024' })
+  @Min(1024, { message: 'BODY_MAX_BYTES must be an integer of at least 1024' })
+  BODY_MAX_BYTES = 33_554_432;
+
+  @Transform(toInt)
+  @IsInt({ message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
+  @Min(1, { message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
+  @Max(10_000, { message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
+  MAX_EVENTS_PER_APPEND = 1000;
+
+  @IsIn(['error', 'warn', 'log', 'debug', 'verbose'], {
+    message: 'LOG_LEVEL must be one of error, warn, log, debug, verbose',
+  })
+  LOG_LEVEL: 'error' | 'warn' | 'log' | 'debug' | 'verbose' = 'log';
+}
+
+const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
+  'PORT',
+  'HOST',
+  'DATA_DIR',
+  'RUNLEDGER_API_KEYS',
+  'EVENTSTORE_URL',
+  'SQLITE_SYNCHRONOUS',
+  'BODY_MAX_BYTES',
+  'MAX_EVENTS_PER_APPEND',
+  'LOG_LEVEL',
+];
+
+export type Scope = 'append' | 'read' | 'admin';
+export const SCOPES: readonly Scope[] = ['append', 'read', 'admin'];
+
+export interface ApiKey {
+  key: string;
+  tenantId: string;
+  scopes: ReadonlySet<Scope>;
+}
+
+export interface AppConfig {
+  port: number;
+  host: string;
+  dataDir: string;
+  /** Undefined when RUNLEDGER_API_KEYS is unset: start-up then provisions a development key. */
+  apiKeys?: ApiKey[];
+  eventStoreUrl?: string;
+  sqliteSynchronous: 'FULL' | 'NORMAL';
+  bodyMaxBytes: number;
+  maxEventsPerAppend: number;
+  logLevel: EnvironmentSchema['LOG_LEVEL'];
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n  - ${problems.join('\n  - ')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+const TENANT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/** `key1=tenantA:append,read;key2=tenantB:read,admin` */
+export function parseApiKeys(text: string): ApiKey[] {
+  const rule =
+    'RUNLEDGER_API_KEYS must look like key1=tenantA:append,read;key2=tenantB:read,admin (keys of at least 16 characters, scopes among append, read, admin)';
+  const entries = text
+    .split(';')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  if (entries.length === 0) throw new ConfigError([`${rule}: no key given`]);
+  const seen = new Set<string>();
+  return entries.map((entry, i) => {
+    const match = /^([^=\s]{16,})=([^:\s]+):([a-z,]+)$/.exec(entry);
+    if (!match) throw new ConfigError([`${rule}: entry ${i + 1} is malformed`]);
+    const [, key, tenantId, scopeList] = match;
+    if (!TENANT_PATTERN.test(tenantId))
+      throw new ConfigError([`${rule}: entry ${i + 1} has an invalid tenant`]);
+    const scopes = scopeList.split(',');
+    const unknown = scopes.filter((s) => !(SCOPES as readonly string[]).includes(s));
+    if (unknown.length > 0)
+      throw new ConfigError([`${rule}: entry ${i + 1} has unknown scopes ${unknown.join(',')}`]);
+    if (seen.has(key)) throw new ConfigError([`${rule}: entry ${i + 1} repeats a key`]);
+    seen.add(key);
+    return { key, tenantId, scopes: new Set(scopes as Scope[]) };
+  });
+}
+
+/** Reads and validates the environment; throws ConfigError naming every bad variable. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
+  // An empty variable means "unset": the default applies.
+  const defined = Object.fromEntries(
+    VARIABLES.filter((name) => env[name] !== undefined && env[name] !== '').map((name) => [
+      name,
+      env[name],
+    ]),
+  );
+  const parsed = plainToInstance(EnvironmentSchema, defined);
+  const errors = validateSync(parsed, { forbidUnknownValues: true });
+  const problems = errors.flatMap((error) => Object.values(error.constraints ?? {}));
+  if (problems.length > 0) throw new ConfigError(problems);
+  return {
+    port: parsed.PORT,
+    host: parsed.HOST,
+    dataDir: parsed.DATA_DIR,
+    apiKeys:
+      parsed.RUNLEDGER_API_KEYS === undefined ? undefined : parseApiKeys(parsed.RUNLEDGER_API_KEYS),
+    eventStoreUrl: parsed.EVENTSTORE_URL,
+    sqliteSynchronous: parsed.SQLITE_SYNCHRONOUS,
+    bodyMaxBytes: parsed.BODY_MAX_BYTES,
+    maxEventsPerAppend: parsed.MAX_EVENTS_PER_APPEND,
+    logLevel: parsed.LOG_LEVEL,
+  };
+}
+
+export const APP_CONFIG = Symbol('APP_CONFIG');

@@ -1,0 +1,62 @@
+/**
+ * Turns every thrown error (ours, Nest's, and Fastify's parser and body-limit errors, which
+ * Nest's adapter hands to the filters) into the API's JSON error shape. Errors the service
+ * did not anticipate are answered 500 and logged with the request's method and URL, never hidden.
+ */
+import { ArgumentsHost, Catch, HttpException, Logger, type ExceptionFilter } from '@nestjs/common';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { Metrics } from '@runledger/observability';
+import { ApiError } from './api-error';
+
+const STATUS_CODES: Record<number, string> = {
+  // Fastify's JSON parser is the only source of a bare 400: every other 400 is an ApiError.
+  400: 'malformed_body',
+  401: 'unauthorized',
+  403: 'forbidden',
+  404: 'not_found',
+  405: 'method_not_allowed',
+  406: 'not_acceptable',
+  409: 'conflict',
+  // Fastify refuses an over-limit body before any route runs.
+  413: 'body_too_large',
+  415: 'unsupported_media_type',
+  429: 'too_many_requests',
+  503: 'unavailable',
+};
+
+export function toApiError(error: unknown): ApiError | null {
+  if (error instanceof ApiError) return error;
+  if (error instanceof HttpException) {
+    const status = error.getStatus();
+    return new ApiError(status, STATUS_CODES[status] ?? 'error', error.message);
+  }
+  return null;
+}
+
+@Catch()
+export class ErrorFilter implements ExceptionFilter {
+  private readonly logger = new Logger('http');
+
+  constructor(private readonly metrics: Metrics) {}
+
+  catch(error: unknown, host: ArgumentsHost): void {
+    const http = host.switchToHttp();
+    const reply = http.getResponse<FastifyReply>();
+    const request = http.getRequest<FastifyRequest>();
+    const apiError = toApiError(error);
+    if (apiError) {
+      this.metrics.rejections.inc({ reason: apiError.error });
+      void reply.status(apiError.status).send(apiError.body());
+      return;
+    }
+    this.logger.error({
+      msg: 'unhandled error',
+      method: request.method,
+      url: request.url,
+      error: error instanceof Error ? error.stack : String(error),
+    });
+    void reply
+      .status(500)
+      .send({ error: 'internal', message: 'an unexpected error occurred; it was logged' });
+  }
+}

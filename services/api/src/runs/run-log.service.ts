@@ -1,0 +1,322 @@
+/**
+ * The run log's use cases: append a batch to a run, read it, replay it, audit it. Rules
+ * come from libs/domain; this service reads what they need, applies them, and writes
+ * through the EventStore port. Nothing is written unless the whole batch is accepted.
+ */
+import { randomUUID } from 'node:crypto';
+import { Inject, Injectable } from '@nestjs/common';
+import {
+  ChainVerifier,
+  PATH_ID_PATTERN,
+  SERVER_ONLY_TYPES,
+  canonicalByteLength,
+  canonicalJson,
+  checkRunAppend,
+  runHeadOf,
+  runStream,
+  sealBatch,
+  validateEvent,
+  type ChainVerdict,
+  type RunHead,
+  type RunRuleViolation,
+  type ValidEvent,
+} from '@runledger/domain';
+import {
+  EVENT_STORE,
+  EventIdConflictError,
+  WrongExpectedRevisionError,
+  expectationHolds,
+  type AppendResult,
+  type EventStore,
+  type ExpectedRevision,
+  type RecordedEvent,
+} from '@runledger/event-store';
+import { Metrics } from '@runledger/observability';
+import { APP_CONFIG, type AppConfig } from '../config/config';
+import { ApiError } from '../http/api-error';
+import { parseAppendRequest } from './append-request';
+import { KeyedSerializer } from './keyed-serializer';
+
+export interface AppendResponse {
+  runId: string;
+  firstRevision: number;
+  lastRevision: number;
+  position: number;
+  events: { id: string; revision: number; position: number }[];
+}
+
+export interface EventView {
+  id: string;
+  type: string;
+  revision: number;
+  position: number;
+  recordedAt: string;
+  data: unknown;
+  metadata: Record<string, unknown>;
+}
+
+const RULE_STATUS: Record<RunRuleViolation['code'], number> = {
+  run_not_found: 404,
+  run_not_started: 409,
+  run_already_started: 409,
+  run_finished: 409,
+};
+
+/** Appends that lose a race with another process re-read the head and try again, this often. */
+const MAX_ATTEMPTS = 5;
+const PAGE = 500;
+/** How far back from a stream's end a retried batch is looked for when its place is unknown. */
+const RETRY_WINDOW = 1000;
+
+@Injectable()
+export class RunLogService {
+  private readonly serializer = new KeyedSerializer();
+
+  constructor(
+    @Inject(EVENT_STORE) private readonly store: EventStore,
+    @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly metrics: Metrics,
+  ) {}
+
+  async append(tenantId: string, runId: string, body: unknown): Promise<AppendResponse> {
+    assertRunId(runId);
+    const request = parseAppendRequest(body, this.config.maxEventsPerAppend);
+    if (!request.ok)
+      throw new ApiError(400, 'validation_failed', 'the request is invalid', request.problems);
+    const validated = request.value.events.map((event, index) => validateEvent(event, index));
+    const serverOnly = validated.flatMap((v, index) =>
+      v.ok && SERVER_ONLY_TYPES.has(v.value.type) ? [{ index, type: v.value.type }] : [],
+    );
+    if (serverOnly.length > 0) {
+      this.countRejected(validated, 'forbidden');
+      throw new ApiError(
+        403,
+        'server_only_event_type',
+        `${serverOnly.map((s) => s.type).join(', ')} may only be written by the server's own commands`,
+        serverOnly,
+      );
+    }
+    const problems = validated.flatMap((v) => (v.ok ? [] : v.problems));
+    if (problems.length > 0) {
+      this.countRejected(validated, 'invalid');
+      throw new ApiError(
+        400,
+        'validation_failed',
+        `${problems.length} problem(s) in the batch; nothing was written`,
+        problems,
+      );
+    }
+    const events = validated.map((v) => (v as { ok: true; value: ValidEvent }).value);
+    const withIds = events.map((e) => ({ ...e, id: e.id ?? randomUUID() }));
+    const clientIds = events.some((e) => e.id !== undefined);
+    const result = await this.serializer.run(runId, () =>
+      this.appendSerialized(tenantId, runId, withIds, request.value.expectedRevision, clientIds),
+    );
+    const outcome = result.idempotent ? 'idempotent' : 'recorded';
+    for (const event of withIds) {
+      this.metrics.appendedEvents.inc({ type: event.type, outcome });
+      if (!result.idempotent)
+        this.metrics.appendedBytes.inc({ type: event.type }, canonicalByteLength(event.data));
+    }
+    return {
+      runId,
+      firstRevision: result.firstRevision,
+      lastRevision: result.lastRevision,
+      position: result.position,
+      events: result.events,
+    };
+  }
+
+  private async appendSerialized(
+    tenantId: string,
+    runId: string,
+    events: (ValidEvent & { id: string })[],
+    expected: ExpectedRevision,
+    clientIds: boolean,
+  ): Promise<AppendResult> {
+    const stream = runStream(runId);
+    for (let attempt = 1; ; attempt += 1) {
+      const head = await this.readHead(stream);
+      const violation = checkRunAppend(
+        head,
+        tenantId,
+        runId,
+        events.map((e) => e.type),
+      );
+      const mismatch = !expectationHolds(expected, head?.revision);
+      if (violation || mismatch) {
+        // A retry of a batch that was recorded answers its originals, even after the run ended.
+        const sameTenant = head === null || head.tenantId === tenantId;
+        const original =
+          clientIds && sameTenant ? await this.findRecorded(stream, events, expected) : null;
+        if (original) return original;
+        if (violation) throw ruleError(violation);
+        throw wrongRevision(expected, head);
+      }
+      const threadId = head?.threadId ?? (events[0].data as { threadId: string }).threadId;
+      const sealed = sealBatch(head, { tenantId, runId, threadId }, events);
+      try {
+        return await this.store.append(stream, sealed, {
+          expectedRevision: head?.revision ?? 'no_stream',
+        });
+      } catch (error) {
+        if (error instanceof EventIdConflictError) {
+          throw new ApiError(409, 'event_id_conflict', error.message, { eventId: error.eventId });
+        }
+        const lostRace = error instanceof WrongExpectedRevisionError;
+        if (
+          lostRace &&
+          (expected === 'any' || expected === 'stream_exists') &&
+          attempt < MAX_ATTEMPTS
+        )
+          continue;
+        if (lostRace) throw wrongRevision(expected, null, error.actual);
+        throw error;
+      }
+    }
+  }
+
+  /** The batch as already recorded in this stream, or null; a partial or altered match is a conflict. */
+  private async findRecorded(
+    stream: string,
+    events: (ValidEvent & { id: string })[],
+    expected: ExpectedRevision,
+  ): Promise<AppendResult | null> {
+    const candidates =
+      typeof expected === 'number'
+        ? await this.store.readStream(stream, {
+            fromRevision: expected + 1,
+            maxCount: events.length,
+          })
+        : expected === 'no_stream'
+          ? await this.store.readStream(stream, { fromRevision: 0, maxCount: events.length })
+          : await this.store.readStream(stream, { direction: 'backwards', maxCount: RETRY_WINDOW });
+    const byId = new Map(candidates.map((e) => [e.id, e]));
+    const found = events.map((e) => byId.get(e.id));
+    if (found.every((e) => e === undefined)) return null;
+    found.forEach((recorded, i) => {
+      const event = events[i];
+      if (
+        !recorded ||
+        recorded.type !== event.type ||
+        canonicalJson(recorded.data) !== canonicalJson(event.data)
+      ) {
+        throw new ApiError(
+          409,
+          'event_id_conflict',
+          `event id ${event.id} does not match what is recorded`,
+          {
+            eventId: event.id,
+          },
+        );
+      }
+    });
+    const recorded = found as RecordedEvent[];
+    return {
+      firstRevision: recorded[0].revision,
+      lastRevision: recorded[recorded.length - 1].revision,
+      position: recorded[recorded.length - 1].position,
+      events: recorded.map((e) => ({ id: e.id, revision: e.revision, position: e.position })),
+      idempotent: true,
+    };
+  }
+
+  private async readHead(stream: string): Promise<RunHead | null> {
+    const [last] = await this.store.readStream(stream, { direction: 'backwards', maxCount: 1 });
+    return last ? runHeadOf(last) : null;
+  }
+
+  /** The run's head, or 404 when it does not exist or belongs to another tenant. */
+  async requireRun(tenantId: string, runId: string): Promise<RunHead> {
+    assertRunId(runId);
+    const head = await this.readHead(runStream(runId));
+    if (!head || head.tenantId !== tenantId)
+      throw new ApiError(404, 'run_not_found', `run ${runId} not found`);
+    return head;
+  }
+
+  async readEvents(
+    tenantId: string,
+    runId: string,
+    fromRevision: number,
+    limit: number,
+  ): Promise<{ runId: string; events: EventView[]; nextRevision: number | null }> {
+    const head = await this.requireRun(tenantId, runId);
+    const recorded = await this.store.readStream(runStream(runId), {
+      fromRevision,
+      maxCount: limit,
+    });
+    const last = recorded[recorded.length - 1];
+    const nextRevision = last && last.revision < head.revision ? last.revision + 1 : null;
+    return { runId, events: recorded.map(toView), nextRevision };
+  }
+
+  /** Every recorded event of the run, in order, read page by page. */
+  async *replay(runId: string): AsyncGenerator<EventView> {
+    const stream = runStream(runId);
+    for (let from = 0; ;) {
+      const page = await this.store.readStream(stream, { fromRevision: from, maxCount: PAGE });
+      for (const event of page) yield toView(event);
+      if (page.length < PAGE) return;
+      from = page[page.length - 1].revision + 1;
+    }
+  }
+
+  async audit(tenantId: string, runId: string): Promise<{ runId: string } & ChainVerdict> {
+    await this.requireRun(tenantId, runId);
+    const verifier = new ChainVerifier(runId);
+    for await (const event of this.replay(runId)) verifier.add(event);
+    return { runId, ...verifier.verdict() };
+  }
+
+  private countRejected(validated: ReturnType<typeof validateEvent>[], outcome: string): void {
+    for (const v of validated) {
+      this.metrics.appendedEvents.inc({
+        type: v.ok ? v.value.type : 'invalid',
+        outcome: `rejected_${outcome}`,
+      });
+    }
+  }
+}
+
+export function assertRunId(runId: string): void {
+  if (!PATH_ID_PATTERN.test(runId)) {
+    throw new ApiError(400, 'invalid_run_id', `runId must match ${PATH_ID_PATTERN.source}`, [
+      { field: 'runId', rule: 'matches', message: `runId must match ${PATH_ID_PATTERN.source}` },
+    ]);
+  }
+}
+
+function ruleError(violation: RunRuleViolation): ApiError {
+  const details =
+    'index' in violation && violation.index !== undefined ? { index: violation.index } : undefined;
+  return new ApiError(RULE_STATUS[violation.code], violation.code, violation.message, details);
+}
+
+function wrongRevision(
+  expected: ExpectedRevision,
+  head: RunHead | null,
+  actual: number | 'no_stream' = head?.revision ?? 'no_stream',
+): ApiError {
+  return new ApiError(
+    409,
+    'wrong_expected_revision',
+    `expected revision ${String(expected)}, actual ${String(actual)}`,
+    {
+      expectedRevision: expected,
+      actualRevision: actual,
+    },
+  );
+}
+
+function toView(event: RecordedEvent): EventView {
+  return {
+    id: event.id,
+    type: event.type,
+    revision: event.revision,
+    position: event.position,
+    recordedAt: event.recordedAt,
+    data: event.data,
+    metadata: event.metadata,
+  };
+}

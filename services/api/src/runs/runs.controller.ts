@@ -1,0 +1,102 @@
+import { Readable } from 'node:stream';
+import {
+  Body,
+  Controller,
+  Get,
+  Header,
+  HttpCode,
+  Param,
+  Post,
+  Query,
+  StreamableFile,
+} from '@nestjs/common';
+import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
+import type { Principal } from '../auth/principal';
+import { ApiError } from '../http/api-error';
+import { RunLogService } from './run-log.service';
+
+@ApiTags('runs')
+@ApiBearerAuth()
+@Controller('v1/runs/:runId')
+export class RunsController {
+  constructor(private readonly runLog: RunLogService) {}
+
+  @Post('events')
+  @HttpCode(201)
+  @RequireScope('append')
+  @ApiOperation({
+    summary: 'Append a batch of events to a run',
+    description:
+      'Body `{ expectedRevision?, events: [{ id?, type, data, metadata? }] }`. The batch is validated whole and ' +
+      'appended atomically; 201 `{ runId, firstRevision, lastRevision, position, events: [{ id, revision, position }] }`. ' +
+      'Re-sending ids already recorded answers the originals. 400 invalid (nothing written), 403 server-only type, ' +
+      '404 unknown or foreign run, 409 wrong expected revision / run finished / id conflict.',
+  })
+  append(
+    @CurrentPrincipal() principal: Principal,
+    @Param('runId') runId: string,
+    @Body() body: unknown,
+  ) {
+    return this.runLog.append(principal.tenantId, runId, body);
+  }
+
+  @Get('events')
+  @RequireScope('read')
+  @ApiOperation({ summary: "Read a run's events from a revision (`?fromRevision=0&limit=100`)" })
+  read(
+    @CurrentPrincipal() principal: Principal,
+    @Param('runId') runId: string,
+    @Query('fromRevision') fromRevision?: string,
+    @Query('limit') limit?: string,
+  ) {
+    return this.runLog.readEvents(
+      principal.tenantId,
+      runId,
+      queryInt('fromRevision', fromRevision, 0, 0, Number.MAX_SAFE_INTEGER),
+      queryInt('limit', limit, 100, 1, 1000),
+    );
+  }
+
+  @Get('replay')
+  @RequireScope('read')
+  @Header('Content-Type', 'application/x-ndjson')
+  @ApiOperation({ summary: 'Replay a run: NDJSON, one recorded event a line, in order' })
+  async replay(@CurrentPrincipal() principal: Principal, @Param('runId') runId: string) {
+    await this.runLog.requireRun(principal.tenantId, runId);
+    const lines = async function* (events: AsyncIterable<unknown>) {
+      for await (const event of events) yield `${JSON.stringify(event)}\n`;
+    };
+    return new StreamableFile(Readable.from(lines(this.runLog.replay(runId))), {
+      type: 'application/x-ndjson',
+    });
+  }
+
+  @Get('audit')
+  @RequireScope('read')
+  @ApiOperation({
+    summary:
+      "Verify a run's hash chain: `{ runId, count, headHash, verified, firstBrokenRevision }`",
+  })
+  audit(@CurrentPrincipal() principal: Principal, @Param('runId') runId: string) {
+    return this.runLog.audit(principal.tenantId, runId);
+  }
+}
+
+export function queryInt(
+  name: string,
+  raw: string | undefined,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
+  if (raw === undefined || raw === '') return fallback;
+  const value = /^\d+$/.test(raw) ? Number(raw) : NaN;
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    const rule = `${name} must be an integer from ${min} to ${max}`;
+    throw new ApiError(400, 'validation_failed', rule, [
+      { field: name, rule: 'isInt', message: rule },
+    ]);
+  }
+  return value;
+}
