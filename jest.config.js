@@ -11,7 +11,10 @@ const swc = [
   },
 ];
 const shared = {
-  transform: { '^.+\\.ts$': swc },
+  // content-disposition (under @fastify/static, which serves /docs) ships ES modules only:
+  // jest's CommonJS runtime needs it transformed like our own sources.
+  transform: { '^.+\\.ts$': swc, '/node_modules/content-disposition/.+\\.js$': swc },
+  transformIgnorePatterns: ['/node_modules/(?!content-disposition/)'],
   moduleFileExtensions: ['ts', 'js', 'json'],
   moduleNameMapper: { '^@runledger/([a-z-]+)$': '<rootDir>/libs/$1/src' },
   testEnvironment: 'node',

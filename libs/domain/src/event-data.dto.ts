@@ -51,7 +51,39 @@ function NonBlankId(): PropertyDecorator {
   };
 }
 
-export class RunStartedData {
+/**
+ * Stamped into `data.truncation` of an event that was reduced to fit EVENT_MAX_BYTES, so a
+ * reduced record can never be mistaken for a faithful one. Part of every schema: a reduced
+ * event passes the same strict validator as any other (../shared/BACKGROUND.md §3).
+ */
+export class TruncationStamp {
+  @IsInt()
+  @Min(0)
+  originalByteLength!: number;
+
+  @IsInt()
+  @Min(0)
+  limitBytes!: number;
+
+  @IsInt()
+  @Min(0)
+  omittedMessageCount!: number;
+
+  @IsInt()
+  @Min(0)
+  clampedParts!: number;
+}
+
+/** Every event's data may carry the truncation stamp. */
+abstract class EventData {
+  @IsOptional()
+  @IsObject()
+  @ValidateNested()
+  @Type(() => TruncationStamp)
+  truncation?: TruncationStamp;
+}
+
+export class RunStartedData extends EventData {
   @IsString()
   @Matches(PATH_ID_PATTERN, { message: 'threadId must match $constraint1' })
   threadId!: string;
@@ -74,7 +106,7 @@ export class RunStartedData {
   goal?: string;
 }
 
-export class RunFinishedData {
+export class RunFinishedData extends EventData {
   @IsIn(END_STATUSES)
   status!: EndStatus;
 
@@ -87,7 +119,7 @@ export class RunFinishedData {
   errorText?: string;
 }
 
-export class TurnStartedData {
+export class TurnStartedData extends EventData {
   @NonBlankId()
   turnId!: string;
 
@@ -95,7 +127,7 @@ export class TurnStartedData {
   source!: RunSource;
 }
 
-export class TurnFinishedData {
+export class TurnFinishedData extends EventData {
   @NonBlankId()
   turnId!: string;
 
@@ -103,7 +135,7 @@ export class TurnFinishedData {
   status!: EndStatus;
 }
 
-export class TurnSteeredData {
+export class TurnSteeredData extends EventData {
   @NonBlankId()
   turnId!: string;
 
@@ -112,7 +144,7 @@ export class TurnSteeredData {
   instruction!: string;
 }
 
-export class MessageAddedData {
+export class MessageAddedData extends EventData {
   @NonBlankId()
   messageId!: string;
 
@@ -123,7 +155,7 @@ export class MessageAddedData {
   text!: string;
 }
 
-export class TranscriptAddedData {
+export class TranscriptAddedData extends EventData {
   @NonBlankId()
   utteranceId!: string;
 
@@ -181,7 +213,7 @@ export interface ModelMessagePart {
   [key: string]: unknown;
 }
 
-export class ModelCallData {
+export class ModelCallData extends EventData {
   @NonBlankId()
   callId!: string;
 
@@ -201,7 +233,7 @@ export class ModelCallData {
   tools?: Record<string, unknown>[];
 }
 
-export class ToolStartedData {
+export class ToolStartedData extends EventData {
   @NonBlankId()
   toolCallId!: string;
 
@@ -214,7 +246,7 @@ export class ToolStartedData {
   input!: Record<string, unknown>;
 }
 
-export class ToolFinishedData {
+export class ToolFinishedData extends EventData {
   @NonBlankId()
   toolCallId!: string;
 
@@ -236,7 +268,7 @@ export class ToolFinishedData {
   errorText?: string;
 }
 
-export class ApprovalRequestedData {
+export class ApprovalRequestedData extends EventData {
   @NonBlankId()
   approvalId!: string;
 
@@ -262,7 +294,7 @@ export class ApprovalRequestedData {
   options?: string[];
 }
 
-export class ApprovalResolvedData {
+export class ApprovalResolvedData extends EventData {
   @NonBlankId()
   approvalId!: string;
 
@@ -282,7 +314,7 @@ export class ApprovalResolvedData {
   downgraded?: boolean;
 }
 
-export class AppendRejectedData {
+export class AppendRejectedData extends EventData {
   @IsString()
   @IsNotEmpty()
   reason!: string;

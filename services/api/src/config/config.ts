@@ -144,7 +144,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
   );
   const parsed = plainToInstance(EnvironmentSchema, defined);
   const errors = validateSync(parsed, { forbidUnknownValues: true });
-  const problems = errors.flatMap((error) => Object.values(error.constraints ?? {}));
+  // One line per variable: its rules share one message.
+  const problems = errors.flatMap((error) => [...new Set(Object.values(error.constraints ?? {}))]);
   if (problems.length > 0) throw new ConfigError(problems);
   return {
     port: parsed.PORT,

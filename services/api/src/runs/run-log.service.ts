@@ -264,6 +264,11 @@ export class RunLogService {
 
   async audit(tenantId: string, runId: string): Promise<{ runId: string } & ChainVerdict> {
     await this.requireRun(tenantId, runId);
+    return this.verify(runId);
+  }
+
+  /** Recomputes the run's hash chain from the log; for operators, regardless of tenant. */
+  async verify(runId: string): Promise<{ runId: string } & ChainVerdict> {
     const verifier = new ChainVerifier(runId);
     for await (const event of this.replay(runId)) verifier.add(event);
     return { runId, ...verifier.verdict() };

@@ -3,7 +3,6 @@ import {
   Body,
   Controller,
   Get,
-  Header,
   HttpCode,
   Param,
   Post,
@@ -60,7 +59,6 @@ export class RunsController {
 
   @Get('replay')
   @RequireScope('read')
-  @Header('Content-Type', 'application/x-ndjson')
   @ApiOperation({ summary: 'Replay a run: NDJSON, one recorded event a line, in order' })
   async replay(@CurrentPrincipal() principal: Principal, @Param('runId') runId: string) {
     await this.runLog.requireRun(principal.tenantId, runId);

@@ -1,0 +1,93 @@
+import { ConfigError, loadConfig, parseApiKeys } from './config';
+
+function problemsOf(env: Record<string, string>): string[] {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    if (error instanceof ConfigError) return error.problems;
+    throw error;
+  }
+  return [];
+}
+
+describe('configuration', () => {
+  it('has the documented defaults when nothing is set', () => {
+    expect(loadConfig({})).toEqual({
+      port: 3000,
+      host: '127.0.0.1',
+      dataDir: './data',
+      apiKeys: undefined,
+      eventStoreUrl: undefined,
+      sqliteSynchronous: 'FULL',
+      bodyMaxBytes: 33_554_432,
+      maxEventsPerAppend: 1000,
+      logLevel: 'log',
+    });
+  });
+
+  it('reads every variable', () => {
+    const config = loadConfig({
+      PORT: '8080',
+      HOST: '0.0.0.0',
+      DATA_DIR: '/var/lib/runledger',
+      EVENTSTORE_URL: 'kurrentdb://localhost:2113?tls=false',
+      SQLITE_SYNCHRONOUS: 'NORMAL',
+      BODY_MAX_BYTES: '4096',
+      MAX_EVENTS_PER_APPEND: '10',
+      LOG_LEVEL: 'debug',
+    });
+    expect(config).toMatchObject({
+      port: 8080,
+      host: '0.0.0.0',
+      dataDir: '/var/lib/runledger',
+      eventStoreUrl: 'kurrentdb://localhost:2113?tls=false',
+      sqliteSynchronous: 'NORMAL',
+      bodyMaxBytes: 4096,
+      maxEventsPerAppend: 10,
+      logLevel: 'debug',
+    });
+  });
+
+  it.each([
+    ['PORT', 'abc'],
+    ['PORT', '70000'],
+    ['PORT', '3.5'],
+    ['SQLITE_SYNCHRONOUS', 'OFF'],
+    ['BODY_MAX_BYTES', '12'],
+    ['MAX_EVENTS_PER_APPEND', '0'],
+    ['EVENTSTORE_URL', 'http://localhost:2113'],
+    ['LOG_LEVEL', 'loud'],
+  ])('refuses %s=%s, naming the variable and its rule', (name, value) => {
+    const problems = problemsOf({ [name]: value });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toContain(name);
+    expect(problems[0]).toMatch(/must/);
+  });
+
+  it('reports every bad variable at once', () => {
+    expect(problemsOf({ PORT: 'x', LOG_LEVEL: 'y' })).toHaveLength(2);
+  });
+});
+
+describe('RUNLEDGER_API_KEYS', () => {
+  it('parses key=tenant:scopes entries', () => {
+    const keys = parseApiKeys(
+      'key-aaaaaaaaaaaaaaaa=tenantA:append,read;key-bbbbbbbbbbbbbbbb=tenantB:read,admin',
+    );
+    expect(keys.map((k) => [k.key, k.tenantId, [...k.scopes]])).toEqual([
+      ['key-aaaaaaaaaaaaaaaa', 'tenantA', ['append', 'read']],
+      ['key-bbbbbbbbbbbbbbbb', 'tenantB', ['read', 'admin']],
+    ]);
+  });
+
+  it.each([
+    ['short=tenantA:read', /entry 1 is malformed/],
+    ['key-aaaaaaaaaaaaaaaa=tenantA', /entry 1 is malformed/],
+    ['key-aaaaaaaaaaaaaaaa=tenantA:read,write', /unknown scopes write/],
+    ['key-aaaaaaaaaaaaaaaa=a:read;key-aaaaaaaaaaaaaaaa=b:read', /entry 2 repeats a key/],
+    [';', /no key given/],
+  ])('refuses %s', (text, rule) => {
+    expect(() => parseApiKeys(text)).toThrow(rule);
+    expect(() => loadConfig({ RUNLEDGER_API_KEYS: text })).toThrow(/RUNLEDGER_API_KEYS/);
+  });
+});

@@ -1,0 +1,373 @@
+import { randomUUID } from 'node:crypto';
+import { EVENT_TYPES, SERVER_ONLY_TYPES } from '@runledger/domain';
+import { EVENT_DATA_EXAMPLES } from '../../../../libs/domain/src/testing/event-fixtures';
+import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+});
+afterAll(async () => {
+  await t.close();
+});
+
+const started = (threadId = 'thread-1') => ({
+  type: 'run.started',
+  data: { threadId, agent: 'coder', source: 'api', title: 'Fix the build' },
+});
+const message = (text: string, id?: string) => ({
+  ...(id ? { id } : {}),
+  type: 'message.added',
+  data: { messageId: randomUUID(), role: 'user', text },
+});
+
+function newRunId(): string {
+  return `run-${randomUUID()}`;
+}
+
+async function append(runId: string, body: unknown, key = KEYS.tenantA) {
+  return t
+    .http()
+    .post(`/v1/runs/${runId}/events`)
+    .set(t.auth(key))
+    .send(body as object);
+}
+
+async function recorded(runId: string, key = KEYS.tenantA) {
+  const res = await t.http().get(`/v1/runs/${runId}/events?limit=1000`).set(t.auth(key));
+  return res.status === 404
+    ? []
+    : (res.body.events as { id: string; type: string; revision: number; data: unknown }[]);
+}
+
+describe('POST /v1/runs/:runId/events', () => {
+  it('records a batch and answers its revisions and positions', async () => {
+    const runId = newRunId();
+    const res = await append(runId, { events: [started(), message('hello')] });
+    expect(res.status).toBe(201);
+    expect(res.body).toMatchObject({ runId, firstRevision: 0, lastRevision: 1 });
+    expect(res.body.events).toHaveLength(2);
+    expect(res.body.events[1].position).toBeGreaterThan(res.body.events[0].position);
+    expect(res.body.position).toBe(res.body.events[1].position);
+    const events = await recorded(runId);
+    expect(events.map((e) => e.type)).toEqual(['run.started', 'message.added']);
+    expect(events[1]).toMatchObject({
+      metadata: { tenantId: 'tenant-a', runId, threadId: 'thread-1' },
+    });
+  });
+
+  it('stamps tenant, run and thread itself, whatever the client put in metadata', async () => {
+    const runId = newRunId();
+    await append(runId, {
+      events: [{ ...started(), metadata: { tenantId: 'tenant-b', source: 'cli' } }],
+    });
+    const [event] = await recorded(runId);
+    expect(event).toMatchObject({ metadata: { tenantId: 'tenant-a', runId, source: 'cli' } });
+  });
+
+  it('refuses a run whose first event is not run.started, writing nothing', async () => {
+    const runId = newRunId();
+    const res = await append(runId, { events: [message('too early')] });
+    expect(res.status).toBe(409);
+    expect(res.body.error).toBe('run_not_started');
+    const read = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
+    expect(read.status).toBe(404);
+  });
+
+  it('refuses a second run.started with 409', async () => {
+    const runId = newRunId();
+    await append(runId, { events: [started()] });
+    const res = await append(runId, { events: [started()] });
+    expect(res.status).toBe(409);
+    expect(res.body.error).toBe('run_already_started');
+    expect(await recorded(runId)).toHaveLength(1);
+  });
+
+  it('refuses every append after run.finished with 409', async () => {
+    const runId = newRunId();
+    await append(runId, {
+      events: [started(), { type: 'run.finished', data: { status: 'completed' } }],
+    });
+    const res = await append(runId, { events: [message('late')] });
+    expect(res.status).toBe(409);
+    expect(res.body).toMatchObject({ error: 'run_finished' });
+    const inBatch = await append(newRunId(), {
+      events: [
+        started(),
+        { type: 'run.finished', data: { status: 'failed', errorText: 'x' } },
+        message('late'),
+      ],
+    });
+    expect(inBatch.status).toBe(409);
+  });
+
+  it('rejects a batch with one invalid event whole, naming each problem, and writes nothing', async () => {
+    const runId = newRunId();
+    await append(runId, { events: [started()] });
+    const res = await append(runId, {
+      events: [
+        message('fine'),
+        { type: 'transcript.added', data: { utteranceId: 'u1', role: 'user', text: '   ' } },
+        { type: 'tool.finished', data: { toolCallId: 'c1', failed: true, extra: 1 } },
+      ],
+    });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe('validation_failed');
+    const fields = (res.body.details as { index: number; field: string }[]).map(
+      (d) => `${d.index}:${d.field}`,
+    );
+    expect(fields).toEqual(
+      expect.arrayContaining(['1:data.text', '2:data.extra', '2:data.errorText']),
+    );
+    expect(await recorded(runId)).toHaveLength(1);
+  });
+
+  it('answers an unknown type with 400 and a server-only type with 403', async () => {
+    const runId = newRunId();
+    await append(runId, { events: [started()] });
+    const unknown = await append(runId, { events: [{ type: 'tool.exploded', data: {} }] });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.details[0]).toMatchObject({ field: 'type', rule: 'isEventType' });
+    for (const type of SERVER_ONLY_TYPES) {
+      const res = await append(runId, { events: [{ type, data: EVENT_DATA_EXAMPLES[type] }] });
+      expect(res.status).toBe(403);
+      expect(res.body.error).toBe('server_only_event_type');
+    }
+    expect(await recorded(runId)).toHaveLength(1);
+  });
+
+  it('keeps non-object tool input under { raw }', async () => {
+    const runId = newRunId();
+    const res = await append(runId, {
+      events: [
+        started(),
+        { type: 'tool.started', data: { toolCallId: 'c1', toolName: 'search', input: '{"q":' } },
+      ],
+    });
+    expect(res.status).toBe(201);
+    const events = await recorded(runId);
+    expect(events[1].data).toEqual({
+      toolCallId: 'c1',
+      toolName: 'search',
+      input: { raw: '{"q":' },
+    });
+  });
+
+  it('answers malformed JSON and a non-object body with a JSON 400, writing nothing', async () => {
+    const runId = newRunId();
+    const malformed = await t
+      .http()
+      .post(`/v1/runs/${runId}/events`)
+      .set(t.auth())
+      .set('Content-Type', 'application/json')
+      .send('{"events": [');
+    expect(malformed.status).toBe(400);
+    expect(malformed.body.error).toBe('malformed_body');
+    const notObject = await append(runId, [started()]);
+    expect(notObject.status).toBe(400);
+    expect((await t.http().get(`/v1/runs/${runId}/events`).set(t.auth())).status).toBe(404);
+  });
+
+  it('answers a re-sent batch with its original revisions and writes nothing, even after the run ended', async () => {
+    const runId = newRunId();
+    const batch = { events: [{ ...started(), id: randomUUID() }, message('one', randomUUID())] };
+    const first = await append(runId, batch);
+    const finish = {
+      events: [{ id: randomUUID(), type: 'run.finished', data: { status: 'completed' } }],
+    };
+    const finished = await append(runId, finish);
+    const again = await append(runId, batch);
+    const finishedAgain = await append(runId, finish);
+    expect(again.status).toBe(201);
+    expect(again.body).toEqual(first.body);
+    expect(finishedAgain.body).toEqual(finished.body);
+    expect(await recorded(runId)).toHaveLength(3);
+  });
+
+  it('answers a reused id with different content with 409', async () => {
+    const runId = newRunId();
+    const id = randomUUID();
+    await append(runId, { events: [started(), message('original', id)] });
+    const res = await append(runId, { events: [message('altered', id)] });
+    expect(res.status).toBe(409);
+    expect(res.body).toMatchObject({ error: 'event_id_conflict', details: { eventId: id } });
+    const res2 = await append(runId, { expectedRevision: 0, events: [message('altered', id)] });
+    expect(res2.status).toBe(409);
+    expect(res2.body.error).toBe('event_id_conflict');
+    expect((await recorded(runId)).map((e) => (e.data as { text?: string }).text)).toEqual([
+      undefined,
+      'original',
+    ]);
+  });
+
+  it('checks expectedRevision and answers a mismatch with the actual revision', async () => {
+    const runId = newRunId();
+    const first = await append(runId, { expectedRevision: 'no_stream', events: [started()] });
+    expect(first.status).toBe(201);
+    const stale = await append(runId, { expectedRevision: 5, events: [message('x')] });
+    expect(stale.status).toBe(409);
+    expect(stale.body).toMatchObject({
+      error: 'wrong_expected_revision',
+      details: { expectedRevision: 5, actualRevision: 0 },
+    });
+    const ok = await append(runId, { expectedRevision: 0, events: [message('x')] });
+    expect(ok.body.firstRevision).toBe(1);
+    const existsOnNew = await append(newRunId(), {
+      expectedRevision: 'stream_exists',
+      events: [started()],
+    });
+    expect(existsOnNew.status).toBe(409);
+    const badValue = await append(runId, { expectedRevision: -1, events: [message('x')] });
+    expect(badValue.status).toBe(400);
+  });
+
+  it('serializes concurrent appends to one run into a contiguous, verified chain', async () => {
+    const runId = newRunId();
+    await append(runId, { events: [started()] });
+    const results = await Promise.all(
+      Array.from({ length: 25 }, (_, i) => append(runId, { events: [message(`m${i}`)] })),
+    );
+    expect(results.map((r) => r.status)).toEqual(results.map(() => 201));
+    const revisions = results.map((r) => r.body.firstRevision as number).sort((a, b) => a - b);
+    expect(revisions).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
+    const audit = await t.http().get(`/v1/runs/${runId}/audit`).set(t.auth());
+    expect(audit.body).toMatchObject({ verified: true, count: 26, firstBrokenRevision: null });
+  });
+});
+
+describe('drift: every member of the catalogue through the real append path', () => {
+  it('has a fixture for every type', () => {
+    expect(Object.keys(EVENT_DATA_EXAMPLES).sort()).toEqual([...EVENT_TYPES].sort());
+  });
+
+  it.each(EVENT_TYPES.filter((type) => type !== 'run.started'))('%s', async (type) => {
+    const runId = newRunId();
+    await append(runId, { events: [started()] });
+    const res = await append(runId, { events: [{ type, data: EVENT_DATA_EXAMPLES[type] }] });
+    expect(res.status).toBe(SERVER_ONLY_TYPES.has(type) ? 403 : 201);
+    const events = await recorded(runId);
+    expect(events).toHaveLength(SERVER_ONLY_TYPES.has(type) ? 1 : 2);
+    if (!SERVER_ONLY_TYPES.has(type))
+      expect(events[1]).toMatchObject({ type, data: EVENT_DATA_EXAMPLES[type] });
+  });
+});
+
+describe('reading, replay and audit', () => {
+  let runId: string;
+  beforeAll(async () => {
+    runId = newRunId();
+    await append(runId, {
+      events: [started(), ...Array.from({ length: 9 }, (_, i) => message(`m${i}`))],
+    });
+  });
+
+  it('reads a page from a revision, with the next revision to ask for', async () => {
+    const res = await t.http().get(`/v1/runs/${runId}/events?fromRevision=3&limit=4`).set(t.auth());
+    expect(res.status).toBe(200);
+    expect(res.body.events.map((e: { revision: number }) => e.revision)).toEqual([3, 4, 5, 6]);
+    expect(res.body.nextRevision).toBe(7);
+    const last = await t.http().get(`/v1/runs/${runId}/events?fromRevision=7`).set(t.auth());
+    expect(last.body.nextRevision).toBeNull();
+    const bad = await t.http().get(`/v1/runs/${runId}/events?limit=abc`).set(t.auth());
+    expect(bad.status).toBe(400);
+  });
+
+  it('replays the run as NDJSON, one recorded event a line, in order', async () => {
+    const res = await t
+      .http()
+      .get(`/v1/runs/${runId}/replay`)
+      .set(t.auth())
+      .buffer(true)
+      .parse((r, done) => {
+        let text = '';
+        r.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+        r.on('end', () => done(null, text));
+      });
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toMatch(/^application\/x-ndjson/);
+    const lines = (res.body as string)
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    expect(lines).toHaveLength(10);
+    expect(lines.map((l) => l.revision)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    for (const line of lines) {
+      expect(Object.keys(line).sort()).toEqual([
+        'data',
+        'id',
+        'metadata',
+        'position',
+        'recordedAt',
+        'revision',
+        'type',
+      ]);
+    }
+  });
+
+  it('audits the chain', async () => {
+    const res = await t.http().get(`/v1/runs/${runId}/audit`).set(t.auth());
+    expect(res.body).toMatchObject({ runId, count: 10, verified: true, firstBrokenRevision: null });
+    expect(res.body.headHash).toMatch(/^[0-9a-f]{64}$/);
+  });
+});
+
+describe('access', () => {
+  let runId: string;
+  beforeAll(async () => {
+    runId = newRunId();
+    await append(runId, { events: [started('secret-thread'), message('private words')] });
+  });
+
+  it.each(['events', 'replay', 'audit'])(
+    "answers another tenant's GET %s with 404 and none of its data",
+    async (path) => {
+      const res = await t.http().get(`/v1/runs/${runId}/${path}`).set(t.auth(KEYS.tenantB));
+      expect(res.status).toBe(404);
+      expect(JSON.stringify(res.body)).not.toContain('private');
+      expect(res.body).toEqual({ error: 'run_not_found', message: `run ${runId} not found` });
+    },
+  );
+
+  it("answers another tenant's append with 404 and writes nothing", async () => {
+    const res = await append(runId, { events: [message('intruder')] }, KEYS.tenantB);
+    expect(res.status).toBe(404);
+    const restart = await append(runId, { events: [started()] }, KEYS.tenantB);
+    expect(restart.status).toBe(404);
+    expect(await recorded(runId)).toHaveLength(2);
+  });
+
+  it('needs a known key, and the scope the route declares', async () => {
+    expect((await t.http().get(`/v1/runs/${runId}/events`)).status).toBe(401);
+    expect(
+      (await t.http().get(`/v1/runs/${runId}/events`).set(t.auth('not-a-key-at-all-123'))).status,
+    ).toBe(401);
+    const readOnly = await append(runId, { events: [message('x')] }, KEYS.readerA);
+    expect(readOnly.status).toBe(403);
+    expect(readOnly.body.error).toBe('forbidden');
+    expect((await t.http().get(`/v1/runs/${runId}/events`).set(t.auth(KEYS.readerA))).status).toBe(
+      200,
+    );
+  });
+
+  it('refuses run ids outside the allowed alphabet', async () => {
+    const res = await append('..%2F..%2Fetc', { events: [started()] });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe('invalid_run_id');
+  });
+});
+
+describe('operations', () => {
+  it('serves health, metrics and the OpenAPI document without a key', async () => {
+    expect((await t.http().get('/health/live')).status).toBe(200);
+    expect((await t.http().get('/health/ready')).body).toMatchObject({ status: 'ready' });
+    const metrics = await t.http().get('/metrics');
+    expect(metrics.text).toContain(
+      'runledger_appended_events_total{type="run.started",outcome="recorded"}',
+    );
+    expect(metrics.text).toContain('runledger_rejections_total{reason="validation_failed"}');
+    expect(metrics.text).toContain('runledger_http_request_duration_seconds_bucket');
+    const docs = await t.http().get('/docs-json');
+    expect(docs.status).toBe(200);
+    expect(Object.keys(docs.body.paths)).toContain('/v1/runs/{runId}/events');
+  });
+});

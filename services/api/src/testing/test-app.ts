@@ -1,0 +1,45 @@
+/**
+ * The real api app on a real SQLite file in a temp dir, for HTTP tests through supertest.
+ * Two tenants, so every test can also check isolation.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { NestFastifyApplication } from '@nestjs/platform-fastify';
+import request from 'supertest';
+import { createApp } from '../app';
+import { loadConfig, type AppConfig } from '../config/config';
+
+export const KEYS = {
+  tenantA: 'key-tenant-a-0123456789',
+  tenantB: 'key-tenant-b-0123456789',
+  readerA: 'key-reader-a-0123456789',
+};
+
+export interface TestApp {
+  app: NestFastifyApplication;
+  config: AppConfig;
+  http: () => ReturnType<typeof request>;
+  auth: (key?: string) => { Authorization: string };
+  close: () => Promise<void>;
+}
+
+export async function startTestApp(env: Record<string, string> = {}): Promise<TestApp> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'runledger-http-'));
+  const config = loadConfig({
+    DATA_DIR: dataDir,
+    RUNLEDGER_API_KEYS: `${KEYS.tenantA}=tenant-a:append,read,admin;${KEYS.tenantB}=tenant-b:append,read;${KEYS.readerA}=tenant-a:read`,
+    ...env,
+  });
+  const app = await createApp(config, config.apiKeys ?? []);
+  return {
+    app,
+    config,
+    http: () => request(app.getHttpServer()),
+    auth: (key = KEYS.tenantA) => ({ Authorization: `Bearer ${key}` }),
+    close: async () => {
+      await app.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
