@@ -95,6 +95,34 @@ function normalizeData(type: EventType, data: Record<string, unknown>): Record<s
   return data;
 }
 
+/**
+ * class-transformer skips keys naming Object.prototype members (`constructor`, `toString`…),
+ * so the whitelist never sees them, while the plain data is what gets stored.
+ */
+function prototypeKeys(value: unknown, field: string, index: number | undefined): Problem[] {
+  if (!isPlainObject(value)) return [];
+  return Object.keys(value)
+    .filter((key) => key in Object.prototype)
+    .map((key) => ({
+      index,
+      field: `${field}.${key}`,
+      rule: 'whitelistValidation',
+      message: `${field}.${key} is not allowed`,
+    }));
+}
+
+/** The schema-shaped objects of an event's data: the data itself, its stamp, model messages. */
+function schemaKeyProblems(data: Record<string, unknown>, index: number | undefined): Problem[] {
+  const problems = prototypeKeys(data, 'data', index);
+  problems.push(...prototypeKeys(data.truncation, 'data.truncation', index));
+  if (Array.isArray(data.messages)) {
+    data.messages.forEach((m, i) =>
+      problems.push(...prototypeKeys(m, `data.messages.${i}`, index)),
+    );
+  }
+  return problems;
+}
+
 function flatten(errors: ValidationError[], prefix: string, index: number | undefined): Problem[] {
   const problems: Problem[] = [];
   for (const error of errors) {
@@ -153,6 +181,7 @@ export function validateEvent(input: unknown, index?: number): Validated<ValidEv
     forbidUnknownValues: true,
   });
   problems.push(...flatten(errors, 'data', index));
+  problems.push(...schemaKeyProblems(normalized, index));
   if (problems.length > 0) return { ok: false, problems };
   return {
     ok: true,

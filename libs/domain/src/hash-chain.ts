@@ -60,7 +60,8 @@ export class ChainVerifier {
     const expected = eventHash(this.prevHash, { ...event, tenantId, runId: this.runId });
     const linked = meta.prevHash === this.prevHash && event.revision === this.count - 1;
     if (!linked || meta.hash !== expected) {
-      this.firstBroken = event.revision;
+      // Where the chain breaks, counted from the start: the event's own revision may be what was altered.
+      this.firstBroken = this.count - 1;
       return;
     }
     this.prevHash = expected;

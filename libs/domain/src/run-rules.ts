@@ -21,7 +21,6 @@ export interface RunHead {
 
 export type RunRuleViolation =
   | { code: 'run_not_found'; message: string }
-  | { code: 'run_not_started'; message: string }
   | { code: 'run_already_started'; message: string; index: number }
   | { code: 'run_finished'; message: string; index?: number };
 
@@ -35,15 +34,13 @@ export function checkRunAppend(
   runId: string,
   types: readonly EventType[],
 ): RunRuleViolation | null {
-  if (head !== null && head.tenantId !== tenantId) {
-    return { code: 'run_not_found', message: `run ${runId} not found` };
-  }
-  if (head === null && types[0] !== 'run.started') {
-    return {
-      code: 'run_not_started',
-      message: `run ${runId} has no events yet: its first event must be run.started`,
-    };
-  }
+  // A foreign run and a run not yet started answer alike, so a tenant never learns another's run exists.
+  const notFound: RunRuleViolation = {
+    code: 'run_not_found',
+    message: `run ${runId} not found: a run's first event must be run.started`,
+  };
+  if (head !== null && head.tenantId !== tenantId) return notFound;
+  if (head === null && types[0] !== 'run.started') return notFound;
   if (head?.finished) {
     return { code: 'run_finished', message: `run ${runId} is finished: nothing can be appended` };
   }

@@ -28,6 +28,26 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly truncations = new Counter({
+    name: 'runledger_truncations_total',
+    help: 'Events reduced to fit EVENT_MAX_BYTES and recorded with a truncation stamp, by type',
+    labelNames: ['type'] as const,
+    registers: [this.registry],
+  });
+
+  readonly dispatchRefusals = new Counter({
+    name: 'runledger_dispatch_refusals_total',
+    help: 'Oversize model calls recorded reduced and answered 413 (dispatch refused)',
+    registers: [this.registry],
+  });
+
+  readonly bodyRejections = new Counter({
+    name: 'runledger_body_rejections_total',
+    help: 'Request bodies over BODY_MAX_BYTES refused unread, by whether a marker was recorded',
+    labelNames: ['marker'] as const,
+    registers: [this.registry],
+  });
+
   readonly httpDuration = new Histogram({
     name: 'runledger_http_request_duration_seconds',
     help: 'HTTP request latency, by method, route and status',

@@ -6,11 +6,12 @@ import { Module, type DynamicModule } from '@nestjs/common';
 import { APP_FILTER, APP_GUARD } from '@nestjs/core';
 import { EventStoreModule, openEventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
-import { AccessGuard } from './auth/access.guard';
+import { AccessGuard, AccessPolicy } from './auth/access.guard';
 import { ApiKeyTable } from './auth/api-keys';
 import { APP_CONFIG, type ApiKey, type AppConfig } from './config/config';
 import { HealthController } from './health/health.controller';
 import { ErrorFilter } from './http/error.filter';
+import { BodyRejections } from './runs/body-rejections';
 import { RunLogService } from './runs/run-log.service';
 import { RunsController } from './runs/runs.controller';
 
@@ -29,7 +30,9 @@ export class AppModule {
         { provide: APP_CONFIG, useValue: config },
         { provide: ApiKeyTable, useValue: new ApiKeyTable(keys) },
         Metrics,
+        AccessPolicy,
         RunLogService,
+        BodyRejections,
         { provide: APP_GUARD, useClass: AccessGuard },
         { provide: APP_FILTER, useClass: ErrorFilter },
       ],

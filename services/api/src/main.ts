@@ -2,6 +2,7 @@
  * Starts the api service: validated configuration first (a bad value stops here, naming
  * the variable), then the app, then one line saying where it listens and how to call it.
  */
+import type { AddressInfo } from 'node:net';
 import { ConsoleLogger } from '@nestjs/common';
 import { createApp } from './app';
 import { provisionDevKey } from './auth/api-keys';
@@ -29,7 +30,9 @@ async function main(): Promise<void> {
   const app = await createApp(config, keys, logger);
   app.enableShutdownHooks();
   await app.listen(config.port, config.host);
-  const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.port}`;
+  // The bound port, not the configured one: PORT=0 asks the OS for a free port.
+  const { port } = app.getHttpServer().address() as AddressInfo;
+  const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
   const store = config.eventStoreUrl ? 'EventStoreDB' : `SQLite in ${config.dataDir}`;
   console.log(`runledger listening on ${url} (store: ${store}; API docs: ${url}/docs)`);
   if (dev) {

@@ -2,7 +2,8 @@
  * One valid example `data` per catalogue type, for the domain's unit tests and the API's
  * HTTP tests. Keyed by every EventType, so a type added to the catalogue without an example
  * fails to compile. Each example sets every field its schema declares (optional ones too),
- * except `tool.finished`'s `errorText`, which a successful call leaves out.
+ * except `truncation`, which only the size gate stamps, and `tool.finished`'s `errorText`,
+ * which a successful call leaves out.
  */
 import type { EventDataByType } from '../event-catalogue';
 import type { EventType } from '../event-types';

@@ -6,15 +6,35 @@
 import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import type { FastifyRequest } from 'fastify';
+import type { Scope } from '../config/config';
 import { ApiError } from '../http/api-error';
 import { ACCESS_KEY, type Access } from './access.decorators';
 import { ApiKeyTable } from './api-keys';
+import type { Principal } from './principal';
+
+@Injectable()
+export class AccessPolicy {
+  constructor(private readonly keys: ApiKeyTable) {}
+
+  /** The caller of `request` if its key holds `scope`; otherwise the 401/403 to answer. */
+  principalFor(request: FastifyRequest, scope: Scope): Principal {
+    const header = request.headers.authorization;
+    const match = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+    if (!match) throw new ApiError(401, 'unauthorized', 'send Authorization: Bearer <api key>');
+    const principal = this.keys.resolve(match[1]);
+    if (!principal) throw new ApiError(401, 'unauthorized', 'the API key is not recognised');
+    if (!principal.scopes.has(scope)) {
+      throw new ApiError(403, 'forbidden', `this API key lacks the ${scope} scope`);
+    }
+    return principal;
+  }
+}
 
 @Injectable()
 export class AccessGuard implements CanActivate {
   constructor(
     private readonly reflector: Reflector,
-    private readonly keys: ApiKeyTable,
+    private readonly policy: AccessPolicy,
   ) {}
 
   canActivate(context: ExecutionContext): boolean {
@@ -26,15 +46,7 @@ export class AccessGuard implements CanActivate {
       throw new ApiError(403, 'forbidden', 'this route declares no access rule');
     if ('public' in access) return true;
     const request = context.switchToHttp().getRequest<FastifyRequest>();
-    const header = request.headers.authorization;
-    const match = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
-    if (!match) throw new ApiError(401, 'unauthorized', 'send Authorization: Bearer <api key>');
-    const principal = this.keys.resolve(match[1]);
-    if (!principal) throw new ApiError(401, 'unauthorized', 'the API key is not recognised');
-    if (!principal.scopes.has(access.scope)) {
-      throw new ApiError(403, 'forbidden', `this API key lacks the ${access.scope} scope`);
-    }
-    request.principal = principal;
+    request.principal = this.policy.principalFor(request, access.scope);
     return true;
   }
 }

@@ -53,6 +53,13 @@ export class EnvironmentSchema {
   BODY_MAX_BYTES = 33_554_432;
 
   @Transform(toInt)
+  @IsInt({ message: 'EVENT_MAX_BYTES must be an integer of at least 4096, at most BODY_MAX_BYTES' })
+  @Min(4096, {
+    message: 'EVENT_MAX_BYTES must be an integer of at least 4096, at most BODY_MAX_BYTES',
+  })
+  EVENT_MAX_BYTES = 1_048_576;
+
+  @Transform(toInt)
   @IsInt({ message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
   @Min(1, { message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
   @Max(10_000, { message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
@@ -72,6 +79,7 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'EVENTSTORE_URL',
   'SQLITE_SYNCHRONOUS',
   'BODY_MAX_BYTES',
+  'EVENT_MAX_BYTES',
   'MAX_EVENTS_PER_APPEND',
   'LOG_LEVEL',
 ];
@@ -94,6 +102,8 @@ export interface AppConfig {
   eventStoreUrl?: string;
   sqliteSynchronous: 'FULL' | 'NORMAL';
   bodyMaxBytes: number;
+  /** An event's canonical JSON above this is reduced to fit (default: EventStoreDB's append ceiling). */
+  eventMaxBytes: number;
   maxEventsPerAppend: number;
   logLevel: EnvironmentSchema['LOG_LEVEL'];
 }
@@ -146,6 +156,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
   const errors = validateSync(parsed, { forbidUnknownValues: true });
   // One line per variable: its rules share one message.
   const problems = errors.flatMap((error) => [...new Set(Object.values(error.constraints ?? {}))]);
+  if (problems.length === 0 && parsed.EVENT_MAX_BYTES > parsed.BODY_MAX_BYTES) {
+    problems.push('EVENT_MAX_BYTES must be an integer of at least 4096, at most BODY_MAX_BYTES');
+  }
   if (problems.length > 0) throw new ConfigError(problems);
   return {
     port: parsed.PORT,
@@ -156,6 +169,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     eventStoreUrl: parsed.EVENTSTORE_URL,
     sqliteSynchronous: parsed.SQLITE_SYNCHRONOUS,
     bodyMaxBytes: parsed.BODY_MAX_BYTES,
+    eventMaxBytes: parsed.EVENT_MAX_BYTES,
     maxEventsPerAppend: parsed.MAX_EVENTS_PER_APPEND,
     logLevel: parsed.LOG_LEVEL,
   };

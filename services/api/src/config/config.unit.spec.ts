@@ -20,6 +20,7 @@ describe('configuration', () => {
       eventStoreUrl: undefined,
       sqliteSynchronous: 'FULL',
       bodyMaxBytes: 33_554_432,
+      eventMaxBytes: 1_048_576,
       maxEventsPerAppend: 1000,
       logLevel: 'log',
     });
@@ -32,7 +33,8 @@ describe('configuration', () => {
       DATA_DIR: '/var/lib/runledger',
       EVENTSTORE_URL: 'kurrentdb://localhost:2113?tls=false',
       SQLITE_SYNCHRONOUS: 'NORMAL',
-      BODY_MAX_BYTES: '4096',
+      BODY_MAX_BYTES: '8192',
+      EVENT_MAX_BYTES: '4096',
       MAX_EVENTS_PER_APPEND: '10',
       LOG_LEVEL: 'debug',
     });
@@ -42,7 +44,8 @@ describe('configuration', () => {
       dataDir: '/var/lib/runledger',
       eventStoreUrl: 'kurrentdb://localhost:2113?tls=false',
       sqliteSynchronous: 'NORMAL',
-      bodyMaxBytes: 4096,
+      bodyMaxBytes: 8192,
+      eventMaxBytes: 4096,
       maxEventsPerAppend: 10,
       logLevel: 'debug',
     });
@@ -54,6 +57,8 @@ describe('configuration', () => {
     ['PORT', '3.5'],
     ['SQLITE_SYNCHRONOUS', 'OFF'],
     ['BODY_MAX_BYTES', '12'],
+    ['EVENT_MAX_BYTES', '100'],
+    ['EVENT_MAX_BYTES', '40000000'],
     ['MAX_EVENTS_PER_APPEND', '0'],
     ['EVENTSTORE_URL', 'http://localhost:2113'],
     ['LOG_LEVEL', 'loud'],

@@ -1,6 +1,7 @@
 /**
- * The one error shape every route answers: `{ error, message, details }` with a stable
- * machine-readable `error` code and a status from ../shared/DESIGN.md.
+ * The one error shape every route answers: `{ error, message, details? }` with a stable
+ * machine-readable `error` code and a status from ../shared/DESIGN.md. A few refusals carry
+ * more top-level fields that their contract names (the 413 of an oversize model call).
  */
 export class ApiError extends Error {
   constructor(
@@ -8,14 +9,18 @@ export class ApiError extends Error {
     readonly error: string,
     message: string,
     readonly details?: unknown,
+    readonly fields: Record<string, unknown> = {},
   ) {
     super(message);
     this.name = 'ApiError';
   }
 
-  body(): { error: string; message: string; details?: unknown } {
-    return this.details === undefined
-      ? { error: this.error, message: this.message }
-      : { error: this.error, message: this.message, details: this.details };
+  body(): Record<string, unknown> {
+    return {
+      error: this.error,
+      message: this.message,
+      ...this.fields,
+      ...(this.details === undefined ? {} : { details: this.details }),
+    };
   }
 }

@@ -6,6 +6,7 @@
 import { ArgumentsHost, Catch, HttpException, Logger, type ExceptionFilter } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Metrics } from '@runledger/observability';
+import { BodyRejections } from '../runs/body-rejections';
 import { ApiError } from './api-error';
 
 const STATUS_CODES: Record<number, string> = {
@@ -37,26 +38,39 @@ export function toApiError(error: unknown): ApiError | null {
 export class ErrorFilter implements ExceptionFilter {
   private readonly logger = new Logger('http');
 
-  constructor(private readonly metrics: Metrics) {}
+  constructor(
+    private readonly metrics: Metrics,
+    private readonly bodyRejections: BodyRejections,
+  ) {}
 
-  catch(error: unknown, host: ArgumentsHost): void {
+  async catch(error: unknown, host: ArgumentsHost): Promise<void> {
     const http = host.switchToHttp();
     const reply = http.getResponse<FastifyReply>();
     const request = http.getRequest<FastifyRequest>();
     const apiError = toApiError(error);
-    if (apiError) {
-      this.metrics.rejections.inc({ reason: apiError.error });
-      void reply.status(apiError.status).send(apiError.body());
+    if (!apiError) {
+      this.logUnexpected(request, error);
+      void reply
+        .status(500)
+        .send({ error: 'internal', message: 'an unexpected error occurred; it was logged' });
       return;
     }
+    if (apiError.error === 'body_too_large') {
+      // The answer is 413 whether or not the marker could be recorded; a failure to record is logged.
+      await this.bodyRejections
+        .record(request)
+        .catch((cause: unknown) => this.logUnexpected(request, cause));
+    }
+    this.metrics.rejections.inc({ reason: apiError.error });
+    void reply.status(apiError.status).send(apiError.body());
+  }
+
+  private logUnexpected(request: FastifyRequest, error: unknown): void {
     this.logger.error({
       msg: 'unhandled error',
       method: request.method,
       url: request.url,
       error: error instanceof Error ? error.stack : String(error),
     });
-    void reply
-      .status(500)
-      .send({ error: 'internal', message: 'an unexpected error occurred; it was logged' });
   }
 }

@@ -57,7 +57,6 @@ export interface EventView {
 
 const RULE_STATUS: Record<RunRuleViolation['code'], number> = {
   run_not_found: 404,
-  run_not_started: 409,
   run_already_started: 409,
   run_finished: 409,
 };
@@ -174,6 +173,32 @@ export class RunLogService {
         throw error;
       }
     }
+  }
+
+  /**
+   * Records an `append.rejected` marker for a body too large to read, when the run exists,
+   * belongs to the tenant and is not finished. Answers whether a marker was recorded.
+   */
+  async recordBodyRejected(
+    tenantId: string,
+    runId: string,
+    declaredBytes: number,
+  ): Promise<boolean> {
+    if (!PATH_ID_PATTERN.test(runId)) return false;
+    const stream = runStream(runId);
+    return this.serializer.run(runId, async () => {
+      const head = await this.readHead(stream);
+      if (!head || head.tenantId !== tenantId || head.finished) return false;
+      const marker: ValidEvent & { id: string } = {
+        id: randomUUID(),
+        type: 'append.rejected',
+        data: { reason: 'body_too_large', declaredBytes, limitBytes: this.config.bodyMaxBytes },
+        metadata: {},
+      };
+      await this.appendSerialized(tenantId, runId, [marker], 'stream_exists', false);
+      this.metrics.appendedEvents.inc({ type: marker.type, outcome: 'recorded' });
+      return true;
+    });
   }
 
   /** The batch as already recorded in this stream, or null; a partial or altered match is a conflict. */

@@ -68,8 +68,8 @@ describe('POST /v1/runs/:runId/events', () => {
   it('refuses a run whose first event is not run.started, writing nothing', async () => {
     const runId = newRunId();
     const res = await append(runId, { events: [message('too early')] });
-    expect(res.status).toBe(409);
-    expect(res.body.error).toBe('run_not_started');
+    expect(res.status).toBe(404);
+    expect(res.body.error).toBe('run_not_found');
     const read = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
     expect(read.status).toBe(404);
   });

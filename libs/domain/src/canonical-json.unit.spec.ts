@@ -1,0 +1,144 @@
+/**
+ * The one byte form behind every size measurement and every hash (RFC 8785 / JCS).
+ */
+import fc from 'fast-check';
+import { canonicalByteLength, canonicalJson } from './canonical-json';
+
+/** A deterministic generator of [0, 1) from a seed (mulberry32), to shuffle keys. */
+function random(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** The same JSON value, every object rebuilt with its keys in a shuffled insertion order. */
+function shuffleKeys(value: unknown, next: () => number): unknown {
+  if (Array.isArray(value)) return value.map((item) => shuffleKeys(item, next));
+  if (value === null || typeof value !== 'object') return value;
+  const entries = Object.entries(value);
+  for (let i = entries.length - 1; i > 0; i -= 1) {
+    const j = Math.floor(next() * (i + 1));
+    [entries[i], entries[j]] = [entries[j], entries[i]];
+  }
+  const copy: Record<string, unknown> = {};
+  for (const [key, inner] of entries) {
+    Object.defineProperty(copy, key, {
+      value: shuffleKeys(inner, next),
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
+  return copy;
+}
+
+describe('canonicalJson', () => {
+  it('sorts keys at every depth and writes no whitespace', () => {
+    const value = { b: 1, a: [3, { d: true, c: null }], 'a b': 'x y' };
+
+    expect(canonicalJson(value)).toBe('{"a":[3,{"c":null,"d":true}],"a b":"x y","b":1}');
+  });
+
+  it('keeps array order', () => {
+    expect(canonicalJson([3, 1, 2])).toBe('[3,1,2]');
+  });
+
+  it('sorts keys by UTF-16 code units, as JCS requires', () => {
+    // UTF-8 byte order would put "\uFFFD" (EF BF BD) before "😀" (F0 9F 98 80).
+    const value = { '\uFFFD': 1, '😀': 2, é: 3, z: 4, Z: 5 };
+
+    expect(canonicalJson(value)).toBe('{"Z":5,"z":4,"é":3,"😀":2,"\uFFFD":1}');
+  });
+
+  it('writes non-ASCII text as is, not as \\u escapes', () => {
+    expect(canonicalJson({ text: 'héllo €😀' })).toBe('{"text":"héllo €😀"}');
+  });
+
+  it.each([
+    [1e21, '1e+21'],
+    [1.5, '1.5'],
+    [-0, '0'],
+    [100, '100'],
+    [0.000001, '0.000001'],
+    [1e-7, '1e-7'],
+  ])('writes the number %p as %s', (value, text) => {
+    expect(canonicalJson(value)).toBe(text);
+  });
+
+  it('leaves out keys whose value is undefined, like JSON', () => {
+    expect(canonicalJson({ a: 1, b: undefined })).toBe(canonicalJson({ a: 1 }));
+  });
+
+  it('throws a TypeError for a value with no JSON form', () => {
+    expect(() => canonicalJson(undefined)).toThrow(TypeError);
+  });
+
+  it('does not depend on key order (property)', () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.integer(), (value, seed) => {
+        const reordered = shuffleKeys(value, random(seed));
+
+        expect(canonicalJson(reordered)).toBe(canonicalJson(value));
+      }),
+    );
+  });
+
+  it('is a fixed point: parsing and re-canonicalizing gives the same text (property)', () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), (value) => {
+        const text = canonicalJson(value);
+
+        expect(canonicalJson(JSON.parse(text))).toBe(text);
+      }),
+    );
+  });
+});
+
+describe('canonicalByteLength', () => {
+  it.each([
+    ['ASCII', 'hello', 7],
+    ['é (2 bytes in UTF-8)', 'é', 4],
+    ['€ (3 bytes in UTF-8)', '€', 5],
+    ['😀 (4 bytes, 2 UTF-16 units)', '😀', 6],
+    ['mixed text', 'héllo €😀', 2 + 5 + 2 + 3 + 4],
+  ])('counts UTF-8 bytes for %s', (_name, text, bytes) => {
+    expect(canonicalByteLength(text)).toBe(bytes);
+    if (!/^[\x20-\x7e]*$/.test(text)) expect(bytes).toBeGreaterThan(JSON.stringify(text).length);
+  });
+
+  it('counts the canonical form of an object, keys and punctuation included', () => {
+    // {"a":"é","b":[1,2]} is 19 characters and 20 bytes.
+    expect(canonicalByteLength({ b: [1, 2], a: 'é' })).toBe(20);
+  });
+
+  it('is the same for the same value in any key order (property)', () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.integer(), (value, seed) => {
+        expect(canonicalByteLength(shuffleKeys(value, random(seed)))).toBe(
+          canonicalByteLength(value),
+        );
+      }),
+    );
+  });
+
+  it('grows by the UTF-8 size of each character added to a string (property)', () => {
+    const charBytes = (c: string) => {
+      const code = c.codePointAt(0) as number;
+      return code < 0x80 ? 1 : code < 0x800 ? 2 : code < 0x10000 ? 3 : 4;
+    };
+    const wide = fc.constantFrom('é', 'ß', '€', '中', '😀', '𝄞');
+
+    fc.assert(
+      fc.property(fc.string(), wide, (prefix, char) => {
+        expect(canonicalByteLength(prefix + char) - canonicalByteLength(prefix)).toBe(
+          charBytes(char),
+        );
+      }),
+    );
+  });
+});

@@ -1,0 +1,226 @@
+/**
+ * The write-path validator's envelope rules (id, type, metadata, nothing else) and the
+ * normalization of tool input. The per-type data schemas are in event-data.dto.unit.spec.ts.
+ */
+import {
+  isPlainObject,
+  normalizeToolInput,
+  validateEvent,
+  type Problem,
+  type Validated,
+  type ValidEvent,
+} from './event-catalogue';
+import { EVENT_TYPES, isEventType } from './event-types';
+import { exampleEvent } from './testing/event-fixtures';
+
+const UUID = '0b7c6c1e-3f0a-4d8e-9a51-2f4c9f0e7d21';
+
+function problemsOf(result: Validated<ValidEvent>): Problem[] {
+  if (result.ok) throw new Error(`expected problems, the event passed: ${JSON.stringify(result)}`);
+  return result.problems;
+}
+
+describe('validateEvent: the envelope', () => {
+  it('accepts id, type, data and metadata, and keeps them as sent', () => {
+    // Given an event with every envelope field
+    const event = { id: UUID, ...exampleEvent('message.added'), metadata: { traceId: 't-1' } };
+
+    // When it is validated
+    const result = validateEvent(event);
+
+    // Then it passes unchanged
+    expect(result).toEqual({ ok: true, value: event });
+  });
+
+  it('leaves a missing id unset (the server assigns one) and defaults metadata to {}', () => {
+    const result = validateEvent(exampleEvent('message.added'));
+
+    expect(result.ok && result.value).toEqual({ ...exampleEvent('message.added'), metadata: {} });
+    expect(result.ok && 'id' in result.value).toBe(false);
+  });
+
+  it.each(['A0B7C6C1-3F0A-4D8E-9A51-2F4C9F0E7D21', UUID])('accepts the UUID %s', (id) => {
+    expect(validateEvent({ id, ...exampleEvent('turn.started') }).ok).toBe(true);
+  });
+
+  it.each([
+    ['a short string', 'evt-1'],
+    ['a UUID without dashes', '0b7c6c1e3f0a4d8e9a512f4c9f0e7d21'],
+    ['a UUID with a suffix', `${UUID}x`],
+    ['a UUID in braces', `{${UUID}}`],
+    ['an empty string', ''],
+    ['a number', 42],
+    ['null', null],
+  ])('refuses an id that is %s, with rule isUuid', (_name, id) => {
+    const problems = problemsOf(validateEvent({ id, ...exampleEvent('turn.started') }, 2));
+
+    expect(problems).toEqual([
+      { index: 2, field: 'id', rule: 'isUuid', message: 'id must be a UUID' },
+    ]);
+  });
+
+  it.each([
+    ['an array', []],
+    ['a string', 'meta'],
+    ['a number', 1],
+    ['null', null],
+  ])('refuses metadata that is %s, with rule isObject', (_name, metadata) => {
+    const problems = problemsOf(validateEvent({ ...exampleEvent('turn.started'), metadata }));
+
+    expect(problems).toEqual([expect.objectContaining({ field: 'metadata', rule: 'isObject' })]);
+  });
+
+  it.each(['revision', 'position', 'recordedAt', 'streamId', 'Type'])(
+    'refuses the extra envelope field %s with rule whitelistValidation',
+    (field) => {
+      const problems = problemsOf(
+        validateEvent({ ...exampleEvent('turn.started'), [field]: 1 }, 0),
+      );
+
+      expect(problems).toEqual([
+        { index: 0, field, rule: 'whitelistValidation', message: `${field} is not allowed` },
+      ]);
+    },
+  );
+
+  it('reports every envelope problem of an event at once', () => {
+    const event = { ...exampleEvent('turn.started'), id: 'nope', metadata: [], extra: true };
+
+    const fields = problemsOf(validateEvent(event)).map((p) => p.field);
+
+    expect(fields.sort()).toEqual(['extra', 'id', 'metadata']);
+  });
+
+  it.each([
+    ['null', null],
+    ['an array', [exampleEvent('turn.started')]],
+    ['a string', 'turn.started'],
+  ])('refuses an event that is %s', (_name, event) => {
+    expect(problemsOf(validateEvent(event, 5))).toEqual([
+      { index: 5, field: 'event', rule: 'isObject', message: 'event must be an object' },
+    ]);
+  });
+
+  it.each([
+    ['an unknown name', 'run.paused'],
+    ['a differently cased name', 'Run.Started'],
+    ['a class-like name', 'RunStarted'],
+    ['missing', undefined],
+    ['not a string', 7],
+  ])('refuses a type that is %s, with rule isEventType', (_name, type) => {
+    const problems = problemsOf(validateEvent({ type, data: {} }, 1));
+
+    expect(problems).toEqual([
+      {
+        index: 1,
+        field: 'type',
+        rule: 'isEventType',
+        message: `type must be one of: ${EVENT_TYPES.join(', ')}`,
+      },
+    ]);
+  });
+
+  it.each([
+    ['missing', undefined],
+    ['null', null],
+    ['an array', []],
+    ['a string', '{}'],
+  ])('refuses data that is %s', (_name, data) => {
+    expect(problemsOf(validateEvent({ type: 'turn.started', data }))).toEqual([
+      expect.objectContaining({ field: 'data', rule: 'isObject' }),
+    ]);
+  });
+});
+
+describe('isEventType', () => {
+  it.each(EVENT_TYPES)('knows %s', (type) => {
+    expect(isEventType(type)).toBe(true);
+  });
+
+  it.each(['', 'run', 'run.started ', 'toString', null, 1])('does not know %j', (value) => {
+    expect(isEventType(value)).toBe(false);
+  });
+});
+
+describe('tool input normalization', () => {
+  const NON_OBJECTS: [string, unknown][] = [
+    ['null', null],
+    ['an empty array', []],
+    ['an array', [1, 'two']],
+    ['a number', 42],
+    ['zero', 0],
+    ['a string', 'ls -la'],
+    ['a JSON-looking string', '{"path":"/"}'],
+    ['a boolean', false],
+  ];
+
+  describe.each(['tool.started', 'approval.requested'] as const)('%s', (type) => {
+    it.each(NON_OBJECTS)('stores an input that is %s as { raw }', (_name, input) => {
+      // Given a tool call whose arguments are not an object
+      const event = exampleEvent(type);
+      (event.data as { input: unknown }).input = input;
+
+      // When it is validated
+      const result = validateEvent(event);
+
+      // Then it passes, with the arguments kept under raw
+      expect(result).toMatchObject({ ok: true, value: { data: { input: { raw: input } } } });
+    });
+
+    it('keeps an object input as it is, without wrapping it', () => {
+      const event = exampleEvent(type);
+      const input = { raw: 'already an object', nested: { list: [1] } };
+      event.data.input = input;
+
+      const result = validateEvent(event);
+
+      expect(result.ok && result.value.data).toEqual({ ...event.data, input });
+    });
+
+    it('still requires the input', () => {
+      const data: Record<string, unknown> = { ...exampleEvent(type).data };
+      delete data.input;
+
+      const problems = problemsOf(validateEvent({ type, data }));
+
+      expect(problems.map((p) => p.field)).toEqual(['data.input']);
+    });
+  });
+
+  it('does not wrap the input of other types', () => {
+    const event = { type: 'tool.finished', data: { toolCallId: 't', failed: false, input: 'x' } };
+
+    expect(problemsOf(validateEvent(event))).toEqual([
+      expect.objectContaining({ field: 'data.input', rule: 'whitelistValidation' }),
+    ]);
+  });
+
+  it('does not change the caller’s event', () => {
+    const event = exampleEvent('tool.started');
+    (event.data as { input: unknown }).input = [1];
+
+    validateEvent(event);
+
+    expect(event.data.input).toEqual([1]);
+  });
+
+  it.each(NON_OBJECTS)('normalizeToolInput wraps %s', (_name, input) => {
+    expect(normalizeToolInput(input)).toEqual({ raw: input });
+  });
+
+  it('normalizeToolInput returns an object as the same object', () => {
+    const input = { a: 1 };
+
+    expect(normalizeToolInput(input)).toBe(input);
+  });
+});
+
+describe('isPlainObject', () => {
+  it.each([{}, { a: 1 }, Object.create(null)])('is true for %j', (value) => {
+    expect(isPlainObject(value)).toBe(true);
+  });
+
+  it.each([null, undefined, [], 'x', 1, true])('is false for %j', (value) => {
+    expect(isPlainObject(value)).toBe(false);
+  });
+});

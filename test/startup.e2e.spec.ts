@@ -1,0 +1,59 @@
+/**
+ * Starting the service as an operator would: a first run without RUNLEDGER_API_KEYS hands out
+ * a working development key (kept private in DATA_DIR), and a bad setting stops the process
+ * with a message naming the variable.
+ */
+import { readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { makeTempDir, request, runUntilExit, startService } from './support/service-process';
+
+jest.setTimeout(120_000);
+
+const DEV_KEY_LINE = /authenticate with: Authorization: Bearer (\S+).*development key/;
+
+describe('first start without RUNLEDGER_API_KEYS', () => {
+  it('prints a development key, keeps it in DATA_DIR/dev-api-key (0600), and accepts it', async () => {
+    const dataDir = join(makeTempDir(), 'fresh-data-dir');
+    const service = await startService({ dataDir, apiKeys: undefined });
+    const [, key] = await service.process.waitForLine(DEV_KEY_LINE);
+
+    const file = join(dataDir, 'dev-api-key');
+    expect((statSync(file).mode & 0o777).toString(8)).toBe('600');
+    expect(readFileSync(file, 'utf8').trim()).toBe(key);
+
+    const withKey = await request(service.baseUrl, '/v1/runs/x/events', { key });
+    expect({ status: withKey.status, body: await withKey.json() }).toMatchObject({
+      status: 404,
+      body: { error: 'run_not_found' },
+    });
+    const withoutKey = await request(service.baseUrl, '/v1/runs/x/events');
+    expect(withoutKey.status).toBe(401);
+    const wrongKey = await request(service.baseUrl, '/v1/runs/x/events', {
+      key: `${key.slice(0, -1)}${key.endsWith('A') ? 'B' : 'A'}`,
+    });
+    expect(wrongKey.status).toBe(401);
+
+    // The key survives a restart on the same DATA_DIR.
+    await service.kill('SIGTERM');
+    const again = await startService({ dataDir, apiKeys: undefined });
+    const [, sameKey] = await again.process.waitForLine(DEV_KEY_LINE);
+    expect(sameKey).toBe(key);
+    expect((await request(again.baseUrl, '/v1/runs/x/events', { key })).status).toBe(404);
+    await again.kill('SIGTERM');
+  });
+});
+
+describe('a bad setting', () => {
+  it('stops the process with a non-zero exit and a message naming PORT', async () => {
+    const result = await runUntilExit({
+      PORT: 'abc',
+      HOST: '127.0.0.1',
+      DATA_DIR: makeTempDir(),
+      RUNLEDGER_API_KEYS: 'e2e-startup-key-0123456789=e2e:read',
+    });
+    expect(result.code).not.toBe(0);
+    expect(result.code).not.toBeNull();
+    expect(result.stderr).toMatch(/PORT/);
+    expect(result.stdout).not.toMatch(/listening on/);
+  });
+});
