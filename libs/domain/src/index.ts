@@ -4,3 +4,4 @@ export * from './event-data.dto';
 export * from './event-types';
 export * from './hash-chain';
 export * from './run-rules';
+export * from './size-gate';

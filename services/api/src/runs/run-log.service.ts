@@ -4,14 +4,14 @@
  * through the EventStore port. Nothing is written unless the whole batch is accepted.
  */
 import { randomUUID } from 'node:crypto';
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Logger } from '@nestjs/common';
 import {
   ChainVerifier,
   PATH_ID_PATTERN,
   SERVER_ONLY_TYPES,
-  canonicalByteLength,
   canonicalJson,
   checkRunAppend,
+  gateEvent,
   runHeadOf,
   runStream,
   sealBatch,
@@ -43,6 +43,8 @@ export interface AppendResponse {
   lastRevision: number;
   position: number;
   events: { id: string; revision: number; position: number }[];
+  /** Events reduced to fit EVENT_MAX_BYTES, recorded with a truncation stamp. */
+  truncated?: { id: string; originalByteLength: number }[];
 }
 
 export interface EventView {
@@ -70,6 +72,7 @@ const RETRY_WINDOW = 1000;
 @Injectable()
 export class RunLogService {
   private readonly serializer = new KeyedSerializer();
+  private readonly logger = new Logger('size-gate');
 
   constructor(
     @Inject(EVENT_STORE) private readonly store: EventStore,
@@ -108,22 +111,92 @@ export class RunLogService {
     const events = validated.map((v) => (v as { ok: true; value: ValidEvent }).value);
     const withIds = events.map((e) => ({ ...e, id: e.id ?? randomUUID() }));
     const clientIds = events.some((e) => e.id !== undefined);
+    const gated = withIds.map((event) => this.gate(event));
+    const toRecord = gated.map((g) => g.event as ValidEvent & { id: string });
     const result = await this.serializer.run(runId, () =>
-      this.appendSerialized(tenantId, runId, withIds, request.value.expectedRevision, clientIds),
+      this.appendSerialized(tenantId, runId, toRecord, request.value.expectedRevision, clientIds),
     );
     const outcome = result.idempotent ? 'idempotent' : 'recorded';
-    for (const event of withIds) {
-      this.metrics.appendedEvents.inc({ type: event.type, outcome });
-      if (!result.idempotent)
-        this.metrics.appendedBytes.inc({ type: event.type }, canonicalByteLength(event.data));
-    }
-    return {
+    gated.forEach((g) => {
+      this.metrics.appendedEvents.inc({ type: g.event.type, outcome });
+      if (!result.idempotent) this.metrics.appendedBytes.inc({ type: g.event.type }, g.byteLength);
+    });
+    const response: AppendResponse = {
       runId,
       firstRevision: result.firstRevision,
       lastRevision: result.lastRevision,
       position: result.position,
       events: result.events,
     };
+    const reduced = gated.flatMap((g, i) =>
+      g.truncated ? [{ g, recorded: result.events[i] }] : [],
+    );
+    if (reduced.length === 0) return response;
+    for (const { g, recorded } of reduced) {
+      if (!result.idempotent) this.metrics.truncations.inc({ type: g.event.type });
+      this.logger.warn({
+        msg: 'oversize event reduced to fit and recorded with a truncation stamp',
+        tenantId,
+        runId,
+        eventId: recorded.id,
+        type: g.event.type,
+        originalByteLength: g.originalByteLength,
+        limitBytes: this.config.eventMaxBytes,
+        dispatch: g.event.type === 'model.call' ? 'refused' : 'not_applicable',
+        recorded: { revision: recorded.revision, position: recorded.position, truncated: true },
+      });
+    }
+    const call = reduced.find(({ g }) => g.event.type === 'model.call');
+    if (call) {
+      this.metrics.dispatchRefusals.inc();
+      throw new ApiError(
+        413,
+        'model_call_too_large',
+        `model call ${call.recorded.id} is ${call.g.originalByteLength} bytes, over EVENT_MAX_BYTES (${this.config.eventMaxBytes}): ` +
+          'it was recorded reduced and must not be dispatched',
+        undefined,
+        {
+          dispatch: 'refused',
+          originalByteLength: call.g.originalByteLength,
+          limitBytes: this.config.eventMaxBytes,
+          recorded: {
+            revision: call.recorded.revision,
+            position: call.recorded.position,
+            truncated: true,
+          },
+          advice:
+            'Do not dispatch this call. Reduce its context below the limit: drop or summarise the oldest ' +
+            'messages, shorten long tool outputs and documents quoted in messages, send large attachments ' +
+            'by reference instead of inline, and trim tool schemas; then record and dispatch the smaller call.',
+          runId,
+        },
+      );
+    }
+    return {
+      ...response,
+      truncated: reduced.map(({ g, recorded }) => ({
+        id: recorded.id,
+        originalByteLength: g.originalByteLength,
+      })),
+    };
+  }
+
+  /**
+   * Measures an event once and reduces it to fit EVENT_MAX_BYTES. A reduced event goes
+   * through the same strict validator as the client's: a stamp the schema refused would lose
+   * the very record it exists to keep.
+   */
+  private gate(event: ValidEvent & { id: string }) {
+    const gated = gateEvent(event, this.config.eventMaxBytes);
+    if (gated.truncated) {
+      const check = validateEvent(gated.event);
+      if (!check.ok) {
+        throw new Error(
+          `size gate produced an invalid ${event.type} (event ${event.id}): ${JSON.stringify(check.problems)}`,
+        );
+      }
+    }
+    return gated;
   }
 
   private async appendSerialized(

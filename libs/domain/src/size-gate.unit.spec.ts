@@ -1,0 +1,591 @@
+/**
+ * The size gate (BACKGROUND.md §3): whatever it is given, the event it returns fits the limit
+ * with the server's metadata, passes the real validator with its stamp, and keeps the newest
+ * messages; an event that fits comes back as the same object.
+ */
+import fc from 'fast-check';
+import { canonicalByteLength, canonicalJson } from './canonical-json';
+import { validateEvent, type Problem } from './event-catalogue';
+import { MODEL_MESSAGE_ROLES } from './event-data.dto';
+import { EVENT_TYPES, type EventType } from './event-types';
+import {
+  gateEvent,
+  measureEvent,
+  MIN_CLAMP_CHARS,
+  MIN_LIMIT_BYTES,
+  STAMP_RESERVE_BYTES,
+  TRUNCATION_MARKER,
+  type GateableEvent,
+  type GateResult,
+  type TruncationStampShape,
+} from './size-gate';
+import { EVENT_DATA_EXAMPLES } from './testing/event-fixtures';
+
+const UUID = '0b7c6c1e-3f0a-4d8e-9a51-2f4c9f0e7d21';
+const MIB = 1_048_576;
+
+type Data = Record<string, unknown>;
+type Part = Record<string, unknown>;
+interface Message {
+  role: string;
+  content: string | Part[];
+  name?: string;
+  toolCallId?: string;
+}
+
+function eventOf(type: string, data: Data, metadata: Data = {}): GateableEvent {
+  return { id: UUID, type, data, metadata };
+}
+
+function dataOf(result: GateResult<GateableEvent>): Data {
+  return result.event.data as Data;
+}
+
+function problemsOf(event: GateableEvent): Problem[] {
+  const result = validateEvent(event);
+  return result.ok ? [] : result.problems;
+}
+
+function jsonBytes(value: unknown): number {
+  return Buffer.byteLength(JSON.stringify(value), 'utf8');
+}
+
+/** The checks every reduced event must pass, whatever its type. */
+function expectRecordable(result: GateResult<GateableEvent>, limit: number): void {
+  expect(result.byteLength).toBe(measureEvent(result.event));
+  expect(result.byteLength + STAMP_RESERVE_BYTES).toBeLessThanOrEqual(limit);
+  expect(problemsOf(result.event)).toEqual([]);
+  if (result.truncated) {
+    expect(dataOf(result).truncation).toEqual(result.stamp);
+    expect(result.stamp.limitBytes).toBe(limit);
+  }
+}
+
+function stampOf(result: GateResult<GateableEvent>): TruncationStampShape {
+  if (!result.truncated) throw new Error('expected the event to be reduced');
+  return result.stamp;
+}
+
+/**
+ * Whether `clamped` is `original` cut to a prefix plus the marker counting what was cut,
+ * without splitting a surrogate pair. Returns the prefix's length, or -1.
+ */
+function clampedPrefix(original: string, clamped: string): number {
+  const match = /…\[truncated (\d+) chars\]$/.exec(clamped);
+  if (match === null) return -1;
+  const prefix = clamped.slice(0, clamped.length - match[0].length);
+  const cut = Number(match[1]);
+  if (cut <= 0 || prefix.length + cut !== original.length) return -1;
+  // A clamp that would not make the text smaller is not made.
+  if (jsonBytes(clamped) >= jsonBytes(original)) return -1;
+  if (!original.startsWith(prefix)) return -1;
+  const last = prefix.charCodeAt(prefix.length - 1);
+  const next = original.charCodeAt(prefix.length);
+  const splitsPair = last >= 0xd800 && last <= 0xdbff && next >= 0xdc00 && next <= 0xdfff;
+  return splitsPair ? -1 : prefix.length;
+}
+
+/**
+ * Compares a kept message with its original: the same but for clamped texts and parts
+ * replaced by a placeholder. Returns how many were changed, and the longest prefix kept of a
+ * clamped text; throws when the kept message is not a reduction of the original.
+ */
+function compareMessage(original: Message, kept: Message): { changed: number; longest: number } {
+  expect({ ...kept, content: null }).toEqual({ ...original, content: null });
+  if (typeof original.content === 'string') {
+    if (kept.content === original.content) return { changed: 0, longest: 0 };
+    const prefix = clampedPrefix(original.content, kept.content as string);
+    expect(prefix).toBeGreaterThanOrEqual(0);
+    return { changed: 1, longest: prefix };
+  }
+  const parts = kept.content as Part[];
+  expect(parts).toHaveLength(original.content.length);
+  let changed = 0;
+  let longest = 0;
+  original.content.forEach((part, j) => {
+    if (parts[j] === part) return;
+    changed += 1;
+    if (typeof part.text === 'string') {
+      expect({ ...parts[j], text: null }).toEqual({ ...part, text: null });
+      const prefix = clampedPrefix(part.text, parts[j].text as string);
+      expect(prefix).toBeGreaterThanOrEqual(0);
+      longest = Math.max(longest, prefix);
+    } else {
+      const text = `[omitted ${String(part.type)} part of ${jsonBytes(part)} bytes]`;
+      expect(parts[j]).toEqual({ type: 'text', text });
+    }
+  });
+  return { changed, longest };
+}
+
+/** A text as the floor pass leaves it: cut to MIN_CLAMP_CHARS when that saves bytes. */
+function textAtFloor(text: string): string {
+  if (text.length <= MIN_CLAMP_CHARS) return text;
+  const last = text.charCodeAt(MIN_CLAMP_CHARS - 1);
+  const keep = last >= 0xd800 && last <= 0xdbff ? MIN_CLAMP_CHARS - 1 : MIN_CLAMP_CHARS;
+  const clamped = `${text.slice(0, keep)}…[truncated ${text.length - keep} chars]`;
+  return jsonBytes(clamped) < jsonBytes(text) ? clamped : text;
+}
+
+/** A message as the floor pass leaves it: an independent statement of the rules, for sizes. */
+function atFloor(message: Message): Message {
+  if (typeof message.content === 'string') {
+    return { ...message, content: textAtFloor(message.content) };
+  }
+  const content = message.content.map((part): Part => {
+    if (typeof part.text === 'string') return { ...part, text: textAtFloor(part.text) };
+    const bytes = jsonBytes(part);
+    const placeholder = {
+      type: 'text',
+      text: `[omitted ${String(part.type)} part of ${bytes} bytes]`,
+    };
+    return bytes > MIN_CLAMP_CHARS && jsonBytes(placeholder) < bytes ? placeholder : part;
+  });
+  return { ...message, content };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arbitraries: model calls of any size, with text that needs escaping and multi-byte encoding
+
+/** Characters that JSON escapes, that UTF-8 encodes in 2–4 bytes, and lone surrogates. */
+const char = fc.oneof(
+  { weight: 6, arbitrary: fc.constantFrom('a', 'b', ' ', 'z', '0', '.') },
+  { weight: 1, arbitrary: fc.constantFrom('"', '\\', '\n', '\t', '\u0000', '\u001f', '\u2028') },
+  { weight: 1, arbitrary: fc.constantFrom('é', '€', '中', '😀', '𝄞', '\ud83d', '\ude00') },
+  { weight: 1, arbitrary: fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }) },
+);
+const piece = fc.string({ unit: char, minLength: 1, maxLength: 12 });
+/** Short to ~36,000 characters: a piece repeated, between two pieces. */
+const text = fc
+  .tuple(piece, fc.oneof(fc.nat({ max: 8 }), fc.nat({ max: 3000 })), piece)
+  .map(([head, times, tail]) => head + tail.repeat(times) + head);
+
+const textPart = fc.record({ type: fc.constant('text'), text });
+const inputTextPart = fc.record({ type: fc.constant('input_text'), text });
+const imagePart = fc.record({
+  type: fc.constant('image'),
+  data: fc.nat({ max: 20_000 }).map((n) => 'iVBORw0KGgo'.repeat(n)),
+});
+const imageUrlPart = fc.record({
+  type: fc.constant('image_url'),
+  image_url: fc.record({ url: fc.webUrl() }),
+});
+const part: fc.Arbitrary<Part> = fc.oneof(
+  { weight: 4, arbitrary: textPart },
+  { weight: 1, arbitrary: inputTextPart },
+  { weight: 1, arbitrary: imagePart },
+  { weight: 1, arbitrary: imageUrlPart },
+);
+const message: fc.Arbitrary<Message> = fc.record(
+  {
+    role: fc.constantFrom(...MODEL_MESSAGE_ROLES),
+    content: fc.oneof(text, fc.array(part, { maxLength: 4 })),
+    name: fc.string({ maxLength: 8 }),
+    toolCallId: fc.string({ maxLength: 8 }),
+  },
+  { requiredKeys: ['role', 'content'] },
+);
+const tool = fc.record({
+  type: fc.constant('function'),
+  function: fc.record({
+    name: fc.string({ minLength: 1, maxLength: 20 }),
+    parameters: fc.record({ description: text }),
+  }),
+});
+const modelCall = fc.record(
+  {
+    callId: fc.string({ unit: char, minLength: 1, maxLength: 40 }),
+    model: fc.string({ unit: char, minLength: 1, maxLength: 40 }),
+    messages: fc.array(message, { maxLength: 40 }),
+    tools: fc.array(tool, { maxLength: 4 }),
+  },
+  { requiredKeys: ['callId', 'model', 'messages'] },
+);
+/** Small enough never to exceed its allowance (1/8 of the budget). */
+const metadata = fc.dictionary(fc.string({ maxLength: 6 }), fc.string({ maxLength: 20 }), {
+  maxKeys: 3,
+});
+const limit = fc.oneof(
+  fc.integer({ min: MIN_LIMIT_BYTES, max: 16 * 1024 }),
+  fc.integer({ min: MIN_LIMIT_BYTES, max: 512 * 1024 }),
+);
+
+describe('gateEvent: model.call (properties)', () => {
+  it('always fits, passes validateEvent, keeps a suffix of the messages and says exactly what it did', () => {
+    fc.assert(
+      fc.property(modelCall, metadata, limit, fc.boolean(), (data, meta, limitBytes, given) => {
+        // Given a model call of any size and a limit
+        const event = eventOf('model.call', data, meta);
+        const before = canonicalJson(event);
+        const original = measureEvent(event);
+
+        // When it is gated, with or without its measured size
+        const result = given
+          ? gateEvent(event, limitBytes, original)
+          : gateEvent(event, limitBytes);
+
+        // Then the input is untouched and the result is recordable
+        expect(canonicalJson(event)).toBe(before);
+        expectRecordable(result, limitBytes);
+        if (original + STAMP_RESERVE_BYTES <= limitBytes) {
+          expect(result.event).toBe(event);
+          expect(result).toEqual({ event, truncated: false, byteLength: original });
+          return;
+        }
+        // And a reduced event keeps the newest messages, in order, and counts exactly
+        const stamp = stampOf(result);
+        const reduced = dataOf(result);
+        expect(stamp.originalByteLength).toBe(original);
+        expect(stamp.originalByteLength).toBe(canonicalByteLength(event));
+        const kept = reduced.messages as Message[];
+        expect(kept).toHaveLength(data.messages.length - stamp.omittedMessageCount);
+        let changed = 0;
+        let longest = 0;
+        kept.forEach((message, i) => {
+          const compared = compareMessage(data.messages[stamp.omittedMessageCount + i], message);
+          changed += compared.changed;
+          longest = Math.max(longest, compared.longest);
+        });
+        if (stamp.omittedMessageCount > 0) {
+          // Messages are dropped only once the floor pass has clamped every text,
+          expect(longest).toBeLessThanOrEqual(MIN_CLAMP_CHARS);
+          // and no more than needed: the next older one, clamped likewise, would not fit (with
+          // a comma, and one more digit in the stamp at most).
+          const next = atFloor(data.messages[stamp.omittedMessageCount - 1]);
+          const budget = limitBytes - STAMP_RESERVE_BYTES;
+          expect(result.byteLength + jsonBytes(next) + 2).toBeGreaterThan(budget);
+        }
+        if (data.tools !== undefined && reduced.tools !== data.tools) changed += 1;
+        if (reduced.callId !== data.callId) changed += 1;
+        if (reduced.model !== data.model) changed += 1;
+        expect(stamp.clampedParts).toBe(changed);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('measures the canonical JSON: the same length as canonicalByteLength (property)', () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.jsonValue(), fc.string(), (data, meta, type) => {
+        const event = { id: UUID, type, data, metadata: { meta } };
+
+        expect(measureEvent(event)).toBe(canonicalByteLength(event));
+      }),
+    );
+  });
+});
+
+describe('gateEvent: model.call (examples)', () => {
+  it('returns an event that fits as the same object, without copying it', () => {
+    const event = eventOf('model.call', { ...EVENT_DATA_EXAMPLES['model.call'] });
+
+    const result = gateEvent(event, MIB);
+
+    expect(result).toEqual({ event, truncated: false, byteLength: measureEvent(event) });
+    expect(result.event).toBe(event);
+  });
+
+  it('clamps the longest texts first and keeps every message when that is enough', () => {
+    // Given a context with two huge texts among short messages
+    const huge = 'The order shipped. '.repeat(100_000);
+    const messages = [
+      { role: 'system', content: 'You are a support agent.' },
+      { role: 'user', content: huge },
+      { role: 'assistant', content: [{ type: 'text', text: huge }] },
+      { role: 'user', content: 'Thanks!' },
+    ];
+    const event = eventOf('model.call', { callId: 'call-1', model: 'gpt-4o-mini', messages });
+
+    // When it is gated to 1 MiB
+    const result = gateEvent(event, MIB);
+
+    // Then both texts are clamped, the short messages are untouched, nothing is dropped
+    expectRecordable(result, MIB);
+    expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 2 });
+    const kept = dataOf(result).messages as Message[];
+    expect(kept[0]).toBe(messages[0]);
+    expect(kept[3]).toBe(messages[3]);
+    expect(kept[1].content).toContain(TRUNCATION_MARKER);
+    // And the cap was raised to use the room left, not halved past it
+    expect(result.byteLength).toBeGreaterThan(0.9 * (MIB - STAMP_RESERVE_BYTES));
+  });
+
+  it('drops the oldest messages, keeping the newest in order, when clamping is not enough', () => {
+    // Given 5,000 short messages (nothing to clamp), about 400 KiB
+    const messages = Array.from({ length: 5000 }, (_, i) => ({
+      role: 'user',
+      content: `message ${i} `.padEnd(60, '.'),
+    }));
+    const event = eventOf('model.call', { callId: 'call-1', model: 'm', messages });
+
+    // When it is gated to 64 KiB
+    const result = gateEvent(event, 64 * 1024);
+
+    // Then the newest messages are kept, as they were, and the rest counted as omitted
+    expectRecordable(result, 64 * 1024);
+    const stamp = stampOf(result);
+    const kept = dataOf(result).messages as Message[];
+    expect(kept).toEqual(messages.slice(stamp.omittedMessageCount));
+    expect(kept[kept.length - 1]).toBe(messages[messages.length - 1]);
+    expect(stamp.clampedParts).toBe(0);
+    // And one more message would not have fitted
+    expect(result.byteLength + jsonBytes(messages[0]) + 1).toBeGreaterThan(
+      64 * 1024 - STAMP_RESERVE_BYTES,
+    );
+  });
+
+  it('replaces an oversized image part by a text part saying what was omitted', () => {
+    // Given a message with a 3 MiB image
+    const image = { type: 'image', mediaType: 'image/png', data: 'iVBORw0KGgo'.repeat(300_000) };
+    const see = { type: 'text', text: 'What is on this receipt?' };
+    const messages = [{ role: 'user', content: [see, image] }];
+    const event = eventOf('model.call', { callId: 'call-1', model: 'gpt-4o', messages });
+
+    // When it is gated
+    const result = gateEvent(event, MIB);
+
+    // Then the image is a text part naming its type and size; the message is kept
+    expectRecordable(result, MIB);
+    expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
+    const [kept] = dataOf(result).messages as { content: Part[] }[];
+    expect(kept.content[0]).toBe(see);
+    expect(kept.content[1]).toEqual({
+      type: 'text',
+      text: `[omitted image part of ${jsonBytes(image)} bytes]`,
+    });
+  });
+
+  it('reduces huge tool definitions to name stubs, or drops them when even those are too big', () => {
+    // Given 2,000 tools with large JSON schemas
+    const schema = { type: 'object', description: 'A parameter. '.repeat(100) };
+    const tools = Array.from({ length: 2000 }, (_, i) => ({
+      type: 'function',
+      function: { name: `tool_${i}`, parameters: schema },
+    }));
+    const messages = [{ role: 'user', content: 'Look up order 1042' }];
+    const event = eventOf('model.call', { callId: 'call-1', model: 'm', messages, tools });
+
+    // When it is gated to 1 MiB, the tools become stubs with their names
+    const large = gateEvent(event, MIB);
+    expectRecordable(large, MIB);
+    expect(dataOf(large).tools).toEqual(tools.map((t) => ({ name: t.function.name })));
+    expect(dataOf(large).messages).toEqual(messages);
+    expect(stampOf(large).clampedParts).toBe(1);
+
+    // And when it is gated to 8 KiB, the tools are dropped and the messages kept
+    const small = gateEvent(event, 8 * 1024);
+    expectRecordable(small, 8 * 1024);
+    expect(dataOf(small)).not.toHaveProperty('tools');
+    expect(dataOf(small).messages).toEqual(messages);
+    expect(stampOf(small)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
+  });
+
+  it('falls back to the envelope, clamping callId and model, when even they do not fit', () => {
+    // Given the longest callId and model the schema allows, in characters JSON escapes 6-fold
+    const callId = '\u0000'.repeat(256);
+    const model = '\u0001'.repeat(1024);
+    const messages = [{ role: 'user', content: 'x'.repeat(100_000) }];
+    const event = eventOf('model.call', { callId, model, messages, tools: [{ name: 'a' }] });
+
+    // When it is gated to the smallest limit
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    // Then only the envelope is kept, its identifiers clamped, everything counted
+    expectRecordable(result, MIN_LIMIT_BYTES);
+    const data = dataOf(result);
+    expect(data.messages).toEqual([]);
+    expect(data).not.toHaveProperty('tools');
+    expect(clampedPrefix(callId, data.callId as string)).toBe(16);
+    expect(clampedPrefix(model, data.model as string)).toBe(16);
+    expect(stampOf(result)).toMatchObject({ omittedMessageCount: 1, clampedParts: 3 });
+  });
+
+  it('never splits a surrogate pair when it clamps', () => {
+    const content = `a${'😀'.repeat(50_000)}`;
+    const event = eventOf('model.call', {
+      callId: 'c',
+      model: 'm',
+      messages: [{ role: 'user', content }],
+    });
+
+    const result = gateEvent(event, 16 * 1024);
+
+    expectRecordable(result, 16 * 1024);
+    const [kept] = dataOf(result).messages as Message[];
+    expect(clampedPrefix(content, kept.content as string)).toBeGreaterThan(MIN_CLAMP_CHARS);
+  });
+
+  it('still fits when the measured size it is given is wrong, by confirming the result', () => {
+    const messages = Array.from({ length: 200 }, () => ({ role: 'user', content: 'y'.repeat(50) }));
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages });
+    const budget = 4096 - STAMP_RESERVE_BYTES;
+
+    const result = gateEvent(event, 4096, budget + 1);
+
+    expectRecordable(result, 4096);
+  });
+});
+
+describe('gateEvent: other types', () => {
+  it('clamps a huge string output of tool.finished, keeping its identifiers', () => {
+    const output = 'line of log output\n'.repeat(200_000);
+    const event = eventOf('tool.finished', {
+      toolCallId: 'tc-1',
+      toolName: 'grep',
+      output,
+      failed: false,
+    });
+
+    const result = gateEvent(event, MIB);
+
+    expectRecordable(result, MIB);
+    expect(dataOf(result)).toMatchObject({ toolCallId: 'tc-1', toolName: 'grep', failed: false });
+    expect(clampedPrefix(output, dataOf(result).output as string)).toBeGreaterThan(100_000);
+    expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
+  });
+
+  it('replaces a huge array output by a preview of its JSON, with its size', () => {
+    // Given an output of 500,000 numbers: no string to clamp
+    const output = Array.from({ length: 500_000 }, (_, i) => i * 1.5);
+    const event = eventOf('tool.finished', { toolCallId: 'tc-1', output, failed: false });
+
+    // When it is gated
+    const result = gateEvent(event, 256 * 1024);
+
+    // Then the output is a string: the start of its JSON and the marker with the whole size
+    expectRecordable(result, 256 * 1024);
+    const preview = dataOf(result).output as string;
+    expect(preview.startsWith('[0,1.5,3,4.5,')).toBe(true);
+    expect(preview.endsWith(`${TRUNCATION_MARKER}: ${jsonBytes(output)} bytes of JSON]`)).toBe(
+      true,
+    );
+    expect(result.byteLength).toBeGreaterThan(0.9 * (256 * 1024 - STAMP_RESERVE_BYTES));
+    expect(stampOf(result).clampedParts).toBe(1);
+  });
+
+  it('keeps a clamped transcript non-blank', () => {
+    const text = `${' '.repeat(2 * MIB)}end`;
+    const event = eventOf('transcript.added', { utteranceId: 'utt-1', role: 'user', text });
+
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    expectRecordable(result, MIN_LIMIT_BYTES);
+    expect(dataOf(result).text).toMatch(/\S/);
+  });
+
+  it('clamps the strings inside a huge tool input and keeps it an object', () => {
+    const input = { query: 'refund', document: 'é'.repeat(MIB), page: 3 };
+    const event = eventOf('tool.started', { toolCallId: 'tc-1', toolName: 'search', input });
+
+    const result = gateEvent(event, MIB);
+
+    expectRecordable(result, MIB);
+    const reduced = dataOf(result).input as Data;
+    expect({ ...reduced, document: null }).toEqual({ ...input, document: null });
+    expect(clampedPrefix(input.document, reduced.document as string)).toBeGreaterThan(0);
+  });
+
+  it('replaces a tool input with no long string by { raw: preview }', () => {
+    const input = { rows: Array.from({ length: 100_000 }, (_, i) => ({ id: i, ok: true })) };
+    const event = eventOf('tool.started', { toolCallId: 'tc-1', toolName: 'load', input });
+
+    const result = gateEvent(event, 64 * 1024);
+
+    expectRecordable(result, 64 * 1024);
+    const raw = (dataOf(result).input as { raw: string }).raw;
+    expect(raw.startsWith('{"rows":[{"id":0,"ok":true},')).toBe(true);
+    expect(raw).toContain(TRUNCATION_MARKER);
+  });
+
+  it('reduces the metadata to its share of the budget before the data', () => {
+    const event = eventOf(
+      'message.added',
+      { messageId: 'msg-1', role: 'user', text: 'Where is my refund?' },
+      { traceId: 't-1', notes: 'n'.repeat(MIB) },
+    );
+
+    const result = gateEvent(event, MIB);
+
+    expectRecordable(result, MIB);
+    expect(dataOf(result)).toMatchObject({ text: 'Where is my refund?' });
+    expect(result.event.metadata.traceId).toBe('t-1');
+    expect(result.event.metadata.notes).toContain(TRUNCATION_MARKER);
+    expect(stampOf(result).clampedParts).toBe(1);
+  });
+
+  it('replaces a stamp the client sent with its own', () => {
+    const forged = {
+      originalByteLength: 1,
+      limitBytes: 1,
+      omittedMessageCount: 0,
+      clampedParts: 0,
+    };
+    const event = eventOf('message.added', {
+      messageId: 'msg-1',
+      role: 'user',
+      text: 't'.repeat(MIB),
+      truncation: forged,
+    });
+
+    const result = gateEvent(event, MIB);
+
+    expectRecordable(result, MIB);
+    expect(stampOf(result).originalByteLength).toBe(measureEvent(event));
+  });
+
+  it('refuses a limit below MIN_LIMIT_BYTES', () => {
+    const event = eventOf('message.added', { messageId: 'm', role: 'user', text: 'hi' });
+
+    expect(() => gateEvent(event, MIN_LIMIT_BYTES - 1)).toThrow(RangeError);
+  });
+});
+
+/**
+ * The largest value of each field the schema allows: identifiers and labels at their maximum
+ * length in characters JSON escapes 6-fold, free-form text and tool payloads in megabytes.
+ */
+function inflate(type: EventType): Data {
+  const data: Data = { ...EVENT_DATA_EXAMPLES[type] };
+  const enums = new Set(['role', 'source', 'status', 'decision', 'failed', 'downgraded']);
+  const ids = new Set(['turnId', 'messageId', 'utteranceId', 'callId', 'toolCallId', 'approvalId']);
+  const labels = new Set(['agent', 'title', 'model', 'toolName']);
+  for (const key of Object.keys(data)) {
+    const value = data[key];
+    if (enums.has(key) || typeof value === 'number') continue;
+    if (key === 'threadId') data[key] = 'T'.repeat(128);
+    else if (ids.has(key)) data[key] = '\u0000'.repeat(256);
+    else if (labels.has(key)) data[key] = '\u0001'.repeat(1024);
+    else if (key === 'options') data[key] = Array.from({ length: 64 }, () => 'o'.repeat(20_000));
+    else if (key === 'input') data[key] = { blob: Array.from({ length: 200_000 }, (_, i) => i) };
+    else if (key === 'output') data[key] = { rows: Array.from({ length: 200_000 }, (_, i) => i) };
+    else if (key === 'messages') {
+      data[key] = Array.from({ length: 300 }, () => ({ role: 'user', content: '"é'.repeat(5000) }));
+    } else if (key === 'tools') data[key] = [{ name: 'x'.repeat(MIB) }];
+    else data[key] = 'é"\n'.repeat(400_000);
+  }
+  if (type === 'tool.finished') Object.assign(data, { failed: true, errorText: 'e'.repeat(MIB) });
+  return data;
+}
+
+describe('gateEvent: every catalogue type at its worst', () => {
+  it.each(EVENT_TYPES.flatMap((type) => [MIN_LIMIT_BYTES, 64 * 1024, MIB].map((l) => [type, l])))(
+    '%s fits %p bytes and passes validateEvent',
+    (type, limitBytes) => {
+      // Given the type's data at the sizes the schema allows, and large metadata
+      const event = eventOf(type as string, inflate(type as EventType), {
+        traceId: 't-1',
+        note: 'n'.repeat(100_000),
+      });
+      expect(problemsOf(event)).toEqual([]);
+
+      // When it is gated
+      const result = gateEvent(event, limitBytes as number);
+
+      // Then it fits and passes the real validator, stamp included
+      expectRecordable(result, limitBytes as number);
+      const over = measureEvent(event) + STAMP_RESERVE_BYTES > (limitBytes as number);
+      expect(result.truncated).toBe(over);
+      if (over) expect(stampOf(result).originalByteLength).toBe(measureEvent(event));
+    },
+  );
+});

@@ -1,0 +1,268 @@
+/**
+ * Size gating through the real HTTP append path and the real strict validator: the way the
+ * original incident hid was a stub that never validated (../shared/BACKGROUND.md §3).
+ */
+import { request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { randomUUID } from 'node:crypto';
+import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
+
+const EVENT_MAX_BYTES = 16_384;
+const BODY_MAX_BYTES = 262_144;
+
+let t: TestApp;
+let baseUrl: string;
+beforeAll(async () => {
+  t = await startTestApp({
+    EVENT_MAX_BYTES: String(EVENT_MAX_BYTES),
+    BODY_MAX_BYTES: String(BODY_MAX_BYTES),
+  });
+  await t.app.listen(0, '127.0.0.1');
+  const { port } = t.app.getHttpServer().address() as AddressInfo;
+  baseUrl = `http://127.0.0.1:${port}`;
+});
+afterAll(async () => {
+  await t.close();
+});
+
+async function newRun(): Promise<string> {
+  const runId = `run-${randomUUID()}`;
+  const res = await append(runId, {
+    events: [
+      { type: 'run.started', data: { threadId: 'thread-gate', agent: 'coder', source: 'api' } },
+    ],
+  });
+  expect(res.status).toBe(201);
+  return runId;
+}
+
+function append(runId: string, body: unknown) {
+  return t
+    .http()
+    .post(`/v1/runs/${runId}/events`)
+    .set(t.auth())
+    .send(body as object);
+}
+
+async function recorded(runId: string) {
+  const res = await t.http().get(`/v1/runs/${runId}/events?limit=1000`).set(t.auth());
+  return res.body.events as {
+    id: string;
+    type: string;
+    revision: number;
+    position: number;
+    data: Record<string, unknown>;
+  }[];
+}
+
+function oversizeModelCall(messages = 40, size = 1_000) {
+  return {
+    type: 'model.call',
+    data: {
+      callId: 'call-big',
+      model: 'gpt-4o',
+      messages: Array.from({ length: messages }, (_, i) => ({
+        role: i % 2 === 0 ? 'user' : 'assistant',
+        content: `message ${i}: ${'é'.repeat(size)}`,
+      })),
+    },
+  };
+}
+
+describe('an oversize model.call', () => {
+  it('is recorded reduced and answered 413: dispatch refused, with what was recorded and what to reduce', async () => {
+    const runId = await newRun();
+    const res = await append(runId, { events: [oversizeModelCall()] });
+    expect(res.status).toBe(413);
+    expect(res.body).toMatchObject({
+      error: 'model_call_too_large',
+      dispatch: 'refused',
+      limitBytes: EVENT_MAX_BYTES,
+      recorded: { revision: 1, truncated: true },
+    });
+    expect(res.body.originalByteLength).toBeGreaterThan(EVENT_MAX_BYTES);
+    expect(typeof res.body.advice).toBe('string');
+    expect(res.body.advice.length).toBeGreaterThan(10);
+    const [, call] = await recorded(runId);
+    expect(call.type).toBe('model.call');
+    expect(call.position).toBe(res.body.recorded.position);
+    expect(call.data.truncation).toMatchObject({
+      originalByteLength: res.body.originalByteLength,
+      limitBytes: EVENT_MAX_BYTES,
+    });
+    const messages = call.data.messages as { content: string }[];
+    expect(messages.length).toBeGreaterThan(0);
+    expect(messages[messages.length - 1].content).toMatch(/^message 39:/);
+    const truncation = call.data.truncation as { omittedMessageCount: number };
+    expect(truncation.omittedMessageCount + messages.length).toBe(40);
+    expect(Buffer.byteLength(JSON.stringify(call))).toBeLessThanOrEqual(EVENT_MAX_BYTES);
+  });
+
+  it('never gives a client that treats any non-2xx as "do not dispatch" a 2xx', async () => {
+    const runId = await newRun();
+    for (const [messages, size] of [
+      [2, 20_000],
+      [500, 50],
+      [1, 100_000],
+    ] as const) {
+      const res = await append(runId, { events: [oversizeModelCall(messages, size)] });
+      expect(res.status).toBe(413);
+      expect(res.body.dispatch).toBe('refused');
+    }
+  });
+
+  it('disables nothing: the next append to the run succeeds, and so does its failure', async () => {
+    const runId = await newRun();
+    expect((await append(runId, { events: [oversizeModelCall()] })).status).toBe(413);
+    const next = await append(runId, {
+      events: [
+        {
+          type: 'message.added',
+          data: { messageId: 'm1', role: 'assistant', text: 'retrying smaller' },
+        },
+      ],
+    });
+    expect(next.status).toBe(201);
+    const failed = await append(runId, {
+      events: [
+        { type: 'run.finished', data: { status: 'failed', errorText: 'context too large' } },
+      ],
+    });
+    expect(failed.status).toBe(201);
+    expect((await recorded(runId)).map((e) => e.type)).toEqual([
+      'run.started',
+      'model.call',
+      'message.added',
+      'run.finished',
+    ]);
+    const audit = await t.http().get(`/v1/runs/${runId}/audit`).set(t.auth());
+    expect(audit.body).toMatchObject({ verified: true, count: 4 });
+  });
+
+  it('is counted and shows in replay exactly as recorded, stamp included', async () => {
+    const runId = await newRun();
+    await append(runId, { events: [oversizeModelCall()] });
+    const replay = await t
+      .http()
+      .get(`/v1/runs/${runId}/replay`)
+      .set(t.auth())
+      .buffer(true)
+      .parse((r, done) => {
+        let text = '';
+        r.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+        r.on('end', () => done(null, text));
+      });
+    const lines = (replay.body as string)
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    const [, call] = await recorded(runId);
+    expect(lines[1].data).toEqual(call.data);
+    const metrics = await t.http().get('/metrics');
+    expect(metrics.text).toMatch(/runledger_truncations_total\{type="model.call"\} [1-9]/);
+    expect(metrics.text).toMatch(/runledger_dispatch_refusals_total [1-9]/);
+  });
+});
+
+describe('other oversize events', () => {
+  it('are reduced, stamped, recorded and answered 201 with what was truncated', async () => {
+    const runId = await newRun();
+    const id = randomUUID();
+    const res = await append(runId, {
+      events: [
+        {
+          type: 'tool.started',
+          data: { toolCallId: 'c1', toolName: 'read_file', input: { path: 'big.log' } },
+        },
+        {
+          id,
+          type: 'tool.finished',
+          data: { toolCallId: 'c1', failed: false, output: 'x'.repeat(100_000) },
+        },
+      ],
+    });
+    expect(res.status).toBe(201);
+    expect(res.body.truncated).toEqual([{ id, originalByteLength: expect.any(Number) }]);
+    expect(res.body.truncated[0].originalByteLength).toBeGreaterThan(100_000);
+    const [, , finished] = await recorded(runId);
+    expect(finished.data.truncation).toMatchObject({ limitBytes: EVENT_MAX_BYTES });
+    expect(typeof finished.data.output).toBe('string');
+    expect((finished.data.output as string).length).toBeLessThan(EVENT_MAX_BYTES);
+  });
+
+  it('leave an event under the limit byte-for-byte unchanged', async () => {
+    const runId = await newRun();
+    const data = { messageId: 'm1', role: 'user', text: 'ü'.repeat(1000) };
+    const res = await append(runId, { events: [{ type: 'message.added', data }] });
+    expect(res.body.truncated).toBeUndefined();
+    expect((await recorded(runId))[1].data).toEqual(data);
+  });
+});
+
+describe('a body over BODY_MAX_BYTES', () => {
+  function postDeclaring(path: string, declaredBytes: number, key = KEYS.tenantA) {
+    return new Promise<{ status: number; body: Record<string, unknown> }>((resolve, reject) => {
+      const req = httpRequest(`${baseUrl}${path}`, {
+        method: 'POST',
+        headers: {
+          Authorization: `Bearer ${key}`,
+          'Content-Type': 'application/json',
+          'Content-Length': String(declaredBytes),
+        },
+      });
+      req.on('response', (res) => {
+        let text = '';
+        res.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+        res.on('end', () => {
+          req.destroy();
+          resolve({
+            status: res.statusCode ?? 0,
+            body: JSON.parse(text) as Record<string, unknown>,
+          });
+        });
+      });
+      req.on('error', reject);
+      // Only the head is sent: the server must answer without reading the declared body.
+      req.flushHeaders();
+    });
+  }
+
+  it('is answered 413 unread, and recorded as append.rejected in a run the caller may append to', async () => {
+    const runId = await newRun();
+    const res = await postDeclaring(`/v1/runs/${runId}/events`, 40_000_000);
+    expect(res.status).toBe(413);
+    expect(res.body.error).toBe('body_too_large');
+    const events = await recorded(runId);
+    expect(events.map((e) => e.type)).toEqual(['run.started', 'append.rejected']);
+    expect(events[1].data).toEqual({
+      reason: 'body_too_large',
+      declaredBytes: 40_000_000,
+      limitBytes: BODY_MAX_BYTES,
+    });
+    const next = await append(runId, {
+      events: [
+        { type: 'message.added', data: { messageId: 'm', role: 'user', text: 'smaller now' } },
+      ],
+    });
+    expect(next.status).toBe(201);
+  });
+
+  it('records nothing for an unknown run, another tenant or a read-only key, and answers 413 all the same', async () => {
+    const runId = await newRun();
+    expect((await postDeclaring(`/v1/runs/run-${randomUUID()}/events`, 1_000_000)).status).toBe(
+      413,
+    );
+    expect((await postDeclaring(`/v1/runs/${runId}/events`, 1_000_000, KEYS.tenantB)).status).toBe(
+      413,
+    );
+    expect((await postDeclaring(`/v1/runs/${runId}/events`, 1_000_000, KEYS.readerA)).status).toBe(
+      413,
+    );
+    expect((await recorded(runId)).map((e) => e.type)).toEqual(['run.started']);
+    const metrics = await t.http().get('/metrics');
+    expect(metrics.text).toMatch(/runledger_body_rejections_total\{marker="no_such_run"\} [1-9]/);
+    expect(metrics.text).toMatch(
+      /runledger_body_rejections_total\{marker="not_authorized"\} [1-9]/,
+    );
+  });
+});
