@@ -8,10 +8,11 @@
  * The reserve is the room for the metadata the server seals in after the gate (`sealBatch`);
  * the truncation stamp is inside the measured event. So the recorded event is ≤ limitBytes.
  *
- * Linear in the event's size: the event is measured once (by the caller, or here), every
- * reducible value is measured once, and a clamped value's size is computed from the clamped
- * value alone. The whole event is never serialised again during the passes; the result, at
- * most limitBytes, is measured once at the end to confirm.
+ * Linear in the event's size: the event is measured once (by the caller, or here); a value
+ * the passes may clamp is measured at most once, and only when a pass that could fit needs
+ * it; a clamped value's size is computed from the clamped value alone. The event is never
+ * serialised again during the passes; the result, at most limitBytes, is measured once at
+ * the end to confirm. bench/size-gate.bench.ts holds it to 3× one JSON.stringify.
  */
 import { isPlainObject } from './event-catalogue';
 import type { EventType } from './event-types';
@@ -300,15 +301,20 @@ class TextItem implements Reducible {
   readonly length: number;
   private size = -1;
   /** For a text over CHUNK_CHARS: where each chunk starts, and the escaped bytes before it. */
-  private readonly starts: number[] = [];
-  private readonly before: number[] = [];
+  private chunks: { starts: number[]; before: number[] } | undefined;
 
+  /** At `key` under `parent`: the parent's path is shared by its values, not copied. */
   constructor(
     private readonly text: string,
-    readonly path: readonly PathKey[],
+    private readonly parent: readonly PathKey[],
+    private readonly key: PathKey,
     readonly group: number,
   ) {
     this.length = text.length;
+  }
+
+  get path(): readonly PathKey[] {
+    return [...this.parent, this.key];
   }
 
   get bytes(): number {
@@ -331,32 +337,37 @@ class TextItem implements Reducible {
     const end = cutChars(text, cap).length;
     const marker = `${TRUNCATION_MARKER} ${text.length - end} chars]`;
     const value = text.slice(0, end) + marker;
-    if (end <= CHUNK_CHARS)
+    // A short prefix is measured as is; a long one from the chunk table (measuring the text).
+    if (end > CHUNK_CHARS && this.size < 0) this.size = this.measure();
+    if (this.chunks === undefined) {
       return { value, bytes: jsonBytes(text.slice(0, end)) + utf8Bytes(marker) };
-    if (this.size < 0) this.size = this.measure();
+    }
+    const { starts, before } = this.chunks;
     let low = 0;
-    let high = this.starts.length - 1;
+    let high = starts.length - 1;
     while (low < high) {
       const mid = (low + high + 1) >> 1;
-      if (this.starts[mid] <= end) low = mid;
+      if (starts[mid] <= end) low = mid;
       else high = mid - 1;
     }
-    const tail = jsonBytes(text.slice(this.starts[low], end));
-    return { value, bytes: this.before[low] + tail + utf8Bytes(marker) };
+    const tail = jsonBytes(text.slice(starts[low], end));
+    return { value, bytes: before[low] + tail + utf8Bytes(marker) };
   }
 
   private measure(): number {
     const text = this.text;
     if (text.length <= CHUNK_CHARS) return jsonBytes(text);
+    const chunks = { starts: [] as number[], before: [] as number[] };
     let inner = 0;
     for (let start = 0; start < text.length;) {
       let end = Math.min(text.length, start + CHUNK_CHARS);
       if (end < text.length && isHighSurrogate(text.charCodeAt(end - 1))) end += 1;
-      this.starts.push(start);
-      this.before.push(inner);
+      chunks.starts.push(start);
+      chunks.before.push(inner);
       inner += jsonBytes(text.slice(start, end)) - 2;
       start = end;
     }
+    this.chunks = chunks;
     return inner + 2;
   }
 }
@@ -494,27 +505,26 @@ function reduceMetadata(metadata: Record<string, unknown>, allowance: number): R
   return { value, bytes: originalBytes - pass.saved, originalBytes, clamped: pass.count };
 }
 
-/** Every string longer than the floor under `value`, found at `path`. */
-function collectStrings(value: unknown, path: PathKey[], items: Reducible[]): void {
-  if (typeof value === 'string') {
-    if (value.length > MIN_CLAMP_CHARS) items.push(new TextItem(value, path.slice(), -1));
-    return;
-  }
+/**
+ * Every string longer than the floor under `value`, which is at `path`. A container's path is
+ * built once and shared by its values.
+ */
+function collectStrings(value: unknown, path: readonly PathKey[], items: Reducible[]): void {
   if (value === null || typeof value !== 'object') return;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i += 1) {
-      path.push(i);
-      collectStrings(value[i], path, items);
-      path.pop();
-    }
-    return;
-  }
   // A value with its own JSON form (a Date) is serialised by its rules: never clamped inside.
   if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return;
-  for (const key of Object.keys(value)) {
-    path.push(key);
-    collectStrings((value as Container)[key], path, items);
-    path.pop();
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i += 1) collectAt(value[i], path, i, items);
+  } else {
+    for (const key of Object.keys(value)) collectAt((value as Container)[key], path, key, items);
+  }
+}
+
+function collectAt(value: unknown, parent: readonly PathKey[], key: PathKey, items: Reducible[]) {
+  if (typeof value === 'string') {
+    if (value.length > MIN_CLAMP_CHARS) items.push(new TextItem(value, parent, key, -1));
+  } else if (value !== null && typeof value === 'object') {
+    collectStrings(value, [...parent, key], items);
   }
 }
 
@@ -629,7 +639,7 @@ function collectMessageItems(message: unknown, index: number, items: Reducible[]
   if (!isPlainObject(message)) return;
   const content = message.content;
   if (typeof content === 'string') {
-    if (content.length > MIN_CLAMP_CHARS) items.push(new TextItem(content, ['content'], index));
+    if (content.length > MIN_CLAMP_CHARS) items.push(new TextItem(content, [], 'content', index));
     return;
   }
   if (!Array.isArray(content)) return;
@@ -640,7 +650,7 @@ function collectMessageItems(message: unknown, index: number, items: Reducible[]
     // its text clamped; other parts (images, files, tool use) can only be replaced whole.
     if (typeof part.text === 'string') {
       if (part.text.length > MIN_CLAMP_CHARS) {
-        items.push(new TextItem(part.text, ['content', j, 'text'], index));
+        items.push(new TextItem(part.text, ['content', j], 'text', index));
       }
       continue;
     }
@@ -840,7 +850,7 @@ interface Entry {
   bytes: number;
   keyBytes: number;
   valueBytes: number;
-  /** The value's JSON, kept for a bulky field's preview so it is not serialised twice. */
+  /** A bulky field's JSON, kept for its preview so that it is not serialised twice. */
   json: string | undefined;
   items: Reducible[];
 }
@@ -869,13 +879,23 @@ function reduceOther(gate: Gate): Reduced | undefined {
   const items: Reducible[] = [];
   let entriesSum = 0;
   for (const key of Object.keys(fields)) {
-    const json = JSON.stringify(fields[key]);
-    if (json === undefined) continue; // left out by JSON, like undefined
-    const keyBytes = jsonBytes(key);
-    const valueBytes = utf8Bytes(json);
+    const value = fields[key];
     const own: Reducible[] = [];
-    if (!skip.has(key)) collectStrings(fields[key], [key], own);
+    let valueBytes: number;
+    let json: string | undefined;
+    if (typeof value === 'string' && value.length > MIN_CLAMP_CHARS && !skip.has(key)) {
+      // A long string field is measured once, as the item the passes clamp.
+      const item = new TextItem(value, [], key, -1);
+      own.push(item);
+      valueBytes = item.bytes;
+    } else {
+      json = JSON.stringify(value);
+      if (json === undefined) continue; // left out by JSON, like undefined
+      valueBytes = utf8Bytes(json);
+      if (!skip.has(key)) collectAt(value, [], key, own);
+    }
     for (const item of own) items.push(item);
+    const keyBytes = jsonBytes(key);
     const bytes = keyBytes + 1 + valueBytes;
     const kept = bulkyKind(rules, key) === undefined ? undefined : json;
     entries.set(key, { bytes, keyBytes, valueBytes, json: kept, items: own });
@@ -891,7 +911,8 @@ function reduceOther(gate: Gate): Reduced | undefined {
   );
   if (pass) return buildOther(gate, fields, pass.picks, new Map(), pass.count);
 
-  // (b) The other fields stay as the floor pass leaves them.
+  // (b) Replace bulky fields, largest first; the other fields stay as the floor pass leaves
+  // them, evaluated only when their least size leaves room (each field's floor once).
   const floors = new Map<string, Pass>();
   const replaced = new Map<string, Replacement>();
   const configuration = () => {
@@ -906,8 +927,8 @@ function reduceOther(gate: Gate): Reduced | undefined {
         if (replacement.value === REMOVE) continue;
         sum += entry.keyBytes + 1 + replacement.bytes;
       } else {
-        let floor = floors.get(key);
-        if (floor === undefined) floors.set(key, (floor = evaluate(entry.items, MIN_CLAMP_CHARS)));
+        const floor = floors.get(key) ?? evaluate(entry.items, MIN_CLAMP_CHARS);
+        floors.set(key, floor);
         sum += entry.bytes - floor.saved;
         count += floor.count;
         for (const pick of floor.picks) picks.push(pick);
@@ -936,13 +957,14 @@ function reduceOther(gate: Gate): Reduced | undefined {
         replaced.set(key, { value: '', bytes: 0 });
         room = budget - configuration().bytes;
       }
-      const json = entry.json ?? 'null';
+      const json = entry.json ?? JSON.stringify(fields[key]) ?? 'null';
       replaced.set(key, previewOf(json, entry.valueBytes, room, kind === 'object'));
     }
     if (least > budget) continue;
     const result = configuration();
-    if (result.bytes <= budget)
+    if (result.bytes <= budget) {
       return buildOther(gate, fields, result.picks, replaced, result.count);
+    }
   }
   return undefined;
 }
