@@ -273,22 +273,9 @@ describe('reading, replay and audit', () => {
   });
 
   it('replays the run as NDJSON, one recorded event a line, in order', async () => {
-    const res = await t
-      .http()
-      .get(`/v1/runs/${runId}/replay`)
-      .set(t.auth())
-      .buffer(true)
-      .parse((r, done) => {
-        let text = '';
-        r.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
-        r.on('end', () => done(null, text));
-      });
-    expect(res.status).toBe(200);
-    expect(res.headers['content-type']).toMatch(/^application\/x-ndjson/);
-    const lines = (res.body as string)
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line));
+    const { status, type, lines } = await t.replay(runId);
+    expect(status).toBe(200);
+    expect(type).toMatch(/^application\/x-ndjson/);
     expect(lines).toHaveLength(10);
     expect(lines.map((l) => l.revision)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
     for (const line of lines) {

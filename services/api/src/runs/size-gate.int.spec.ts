@@ -142,20 +142,7 @@ describe('an oversize model.call', () => {
   it('is counted and shows in replay exactly as recorded, stamp included', async () => {
     const runId = await newRun();
     await append(runId, { events: [oversizeModelCall()] });
-    const replay = await t
-      .http()
-      .get(`/v1/runs/${runId}/replay`)
-      .set(t.auth())
-      .buffer(true)
-      .parse((r, done) => {
-        let text = '';
-        r.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
-        r.on('end', () => done(null, text));
-      });
-    const lines = (replay.body as string)
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l));
+    const { lines } = await t.replay(runId);
     const [, call] = await recorded(runId);
     expect(lines[1].data).toEqual(call.data);
     const metrics = await t.http().get('/metrics');

@@ -21,6 +21,11 @@ export interface TestApp {
   config: AppConfig;
   http: () => ReturnType<typeof request>;
   auth: (key?: string) => { Authorization: string };
+  /** GET a run's NDJSON replay: the status, content type and parsed lines. */
+  replay: (
+    runId: string,
+    key?: string,
+  ) => Promise<{ status: number; type: string; lines: Record<string, unknown>[] }>;
   close: () => Promise<void>;
 }
 
@@ -37,6 +42,23 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
     config,
     http: () => request(app.getHttpServer()),
     auth: (key = KEYS.tenantA) => ({ Authorization: `Bearer ${key}` }),
+    replay: async (runId, key = KEYS.tenantA) => {
+      const res = await request(app.getHttpServer())
+        .get(`/v1/runs/${runId}/replay`)
+        .set({ Authorization: `Bearer ${key}` })
+        .buffer(true)
+        .parse((r, done) => {
+          let text = '';
+          r.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+          r.on('end', () => done(null, text));
+        });
+      const text = (res.body as string).trim();
+      const lines =
+        text === ''
+          ? []
+          : text.split('\n').map((line) => JSON.parse(line) as Record<string, unknown>);
+      return { status: res.status, type: String(res.headers['content-type']), lines };
+    },
     close: async () => {
       await app.close();
       rmSync(dataDir, { recursive: true, force: true });
