@@ -54,9 +54,10 @@ export function renderDocument(sections: StoredSection[]): string {
   if (!latest) return [...out, 'No benchmark has been run yet.', ''].join('\n');
   out.push('## Machine', '', ...machineLines(latest.machine).map((line) => `- ${line}`), '');
   out.push(
-    'The machine has 2 cores: in the HTTP benchmark the load generator (autocannon) runs on the',
-    'same cores as the server, for the baseline and for runledger alike. Absolute numbers are',
-    'therefore lower than on a dedicated load host; the ratios are what to compare.',
+    `The machine has ${latest.machine.cores} cores: in the HTTP benchmark the load generator (autocannon) runs on the`,
+    'same cores as the server, for the baseline and for runledger alike, and other work on a shared',
+    'host lands on them too. Absolute numbers are therefore lower and noisier than on a dedicated',
+    'load host; the ratios, each taken within one run, are what to compare.',
     '',
   );
   out.push('## Targets', '');
