@@ -132,16 +132,11 @@ export class SqliteEventStore implements EventStore {
       ),
       headPosition: this.db.prepare('SELECT MAX(position) AS position FROM events'),
     };
-    const appendOne = this.db.transaction((request: PendingAppend) => this.appendNow(request));
-    // Each append runs in its own savepoint: one refused append leaves the others of the group intact.
+    // Every refusal is decided before an append's first insert, so a refused append has
+    // written nothing and needs no savepoint of its own (a savepoint per append made SQLite
+    // journal every page twice). Any other error rolls the whole group back.
     const group = this.db.transaction((requests: PendingAppend[]) =>
-      requests.map((request): AppendResult | { error: unknown } => {
-        try {
-          return appendOne(request);
-        } catch (error) {
-          return { error };
-        }
-      }),
+      requests.map((request) => this.appendNow(request)),
     );
     // IMMEDIATE takes the write lock up front, so another process cannot force a retry mid-group.
     this.runGroup = (requests) => group.immediate(requests);
@@ -195,14 +190,31 @@ export class SqliteEventStore implements EventStore {
     this.committed.emit('commit');
   }
 
-  /** Runs inside the group's transaction. Throws to refuse this append alone. */
-  private appendNow({ stream, events, expected }: PendingAppend): AppendResult {
-    const recorded = this.findRecorded(stream, events);
-    if (recorded) return recorded;
-    const head = this.statements.head.get(stream)?.revision;
-    const actual = head ?? 'no_stream';
-    if (!expectationHolds(expected, head))
-      throw new WrongExpectedRevisionError(stream, expected, actual);
+  /**
+   * Runs inside the group's transaction. A refusal is answered as `{ error }` before anything
+   * is written; an error thrown from here fails the whole group.
+   */
+  private appendNow({
+    stream,
+    events,
+    expected,
+  }: PendingAppend): AppendResult | { error: unknown } {
+    let rows: { data: string; metadata: string }[];
+    let head: number | undefined;
+    try {
+      const recorded = this.findRecorded(stream, events);
+      if (recorded) return recorded;
+      head = this.statements.head.get(stream)?.revision;
+      if (!expectationHolds(expected, head)) {
+        throw new WrongExpectedRevisionError(stream, expected, head ?? 'no_stream');
+      }
+      rows = events.map((event) => ({
+        data: toJson(event, 'data'),
+        metadata: toJson(event, 'metadata'),
+      }));
+    } catch (error) {
+      return { error };
+    }
     const recordedAt = new Date().toISOString();
     const first = head === undefined ? 0 : head + 1;
     const written = events.map((event, i) => {
@@ -212,8 +224,8 @@ export class SqliteEventStore implements EventStore {
         revision,
         event.id,
         event.type,
-        JSON.stringify(event.data),
-        JSON.stringify(event.metadata),
+        rows[i].data,
+        rows[i].metadata,
         recordedAt,
       );
       return { id: event.id, revision, position: Number(info.lastInsertRowid) };
@@ -358,6 +370,13 @@ export class SqliteEventStore implements EventStore {
     this.committed.emit('close');
     this.db.close();
   }
+}
+
+function toJson(event: EventToAppend, field: 'data' | 'metadata'): string {
+  const text: unknown = JSON.stringify(event[field]);
+  if (typeof text !== 'string')
+    throw new TypeError(`event ${event.id}: ${field} has no JSON representation`);
+  return text;
 }
 
 function summarize(written: AppendResult['events'], idempotent: boolean): AppendResult {

@@ -3,8 +3,8 @@
  * come from libs/domain; this service reads what they need, applies them, and writes
  * through the EventStore port. Nothing is written unless the whole batch is accepted.
  */
-import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { v7 as uuidv7 } from 'uuid';
 import {
   ChainVerifier,
   PATH_ID_PATTERN,
@@ -35,6 +35,7 @@ import { Metrics } from '@runledger/observability';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
 import { parseAppendRequest } from './append-request';
+import { HeadCache } from './head-cache';
 import { KeyedSerializer } from './keyed-serializer';
 
 export interface AppendResponse {
@@ -72,6 +73,8 @@ const RETRY_WINDOW = 1000;
 @Injectable()
 export class RunLogService {
   private readonly serializer = new KeyedSerializer();
+  /** Heads of runs this process appended to last; the store's revision check guards them. */
+  private readonly heads = new HeadCache(10_000);
   private readonly logger = new Logger('size-gate');
 
   constructor(
@@ -109,7 +112,8 @@ export class RunLogService {
       );
     }
     const events = validated.map((v) => (v as { ok: true; value: ValidEvent }).value);
-    const withIds = events.map((e) => ({ ...e, id: e.id ?? randomUUID() }));
+    // Time-ordered ids keep inserts into the id index local (random v4 ids scatter them).
+    const withIds = events.map((e) => ({ ...e, id: e.id ?? uuidv7() }));
     const clientIds = events.some((e) => e.id !== undefined);
     const gated = withIds.map((event) => this.gate(event));
     const toRecord = gated.map((g) => g.event as ValidEvent & { id: string });
@@ -208,7 +212,8 @@ export class RunLogService {
   ): Promise<AppendResult> {
     const stream = runStream(runId);
     for (let attempt = 1; ; attempt += 1) {
-      const head = await this.readHead(stream);
+      const cached = this.heads.get(stream);
+      const head = cached ?? (await this.readHead(stream));
       const violation = checkRunAppend(
         head,
         tenantId,
@@ -216,6 +221,11 @@ export class RunLogService {
         events.map((e) => e.type),
       );
       const mismatch = !expectationHolds(expected, head?.revision);
+      if ((violation || mismatch) && cached) {
+        // Decide a refusal on the stored head only: another process may have moved it.
+        this.heads.forget(stream);
+        continue;
+      }
       if (violation || mismatch) {
         // A retry of a batch that was recorded answers its originals, even after the run ended.
         const sameTenant = head === null || head.tenantId === tenantId;
@@ -228,20 +238,22 @@ export class RunLogService {
       const threadId = head?.threadId ?? (events[0].data as { threadId: string }).threadId;
       const sealed = sealBatch(head, { tenantId, runId, threadId }, events);
       try {
-        return await this.store.append(stream, sealed, {
+        const result = await this.store.append(stream, sealed, {
           expectedRevision: head?.revision ?? 'no_stream',
         });
+        const last = sealed[sealed.length - 1];
+        if (result.idempotent) this.heads.forget(stream);
+        else this.heads.remember(stream, runHeadOf({ ...last, revision: result.lastRevision }));
+        return result;
       } catch (error) {
+        this.heads.forget(stream);
         if (error instanceof EventIdConflictError) {
           throw new ApiError(409, 'event_id_conflict', error.message, { eventId: error.eventId });
         }
         const lostRace = error instanceof WrongExpectedRevisionError;
-        if (
-          lostRace &&
-          (expected === 'any' || expected === 'stream_exists') &&
-          attempt < MAX_ATTEMPTS
-        )
-          continue;
+        const retryable =
+          cached !== undefined || expected === 'any' || expected === 'stream_exists';
+        if (lostRace && retryable && attempt < MAX_ATTEMPTS) continue;
         if (lostRace) throw wrongRevision(expected, null, error.actual);
         throw error;
       }
@@ -263,7 +275,7 @@ export class RunLogService {
       const head = await this.readHead(stream);
       if (!head || head.tenantId !== tenantId || head.finished) return false;
       const marker: ValidEvent & { id: string } = {
-        id: randomUUID(),
+        id: uuidv7(),
         type: 'append.rejected',
         data: { reason: 'body_too_large', declaredBytes, limitBytes: this.config.bodyMaxBytes },
         metadata: {},

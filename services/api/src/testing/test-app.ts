@@ -29,8 +29,10 @@ export interface TestApp {
   close: () => Promise<void>;
 }
 
+/** `DATA_DIR` in env shares a store with another app (and is then left for its owner to remove). */
 export async function startTestApp(env: Record<string, string> = {}): Promise<TestApp> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'runledger-http-'));
+  const ownDir = env.DATA_DIR === undefined;
+  const dataDir = env.DATA_DIR ?? mkdtempSync(join(tmpdir(), 'runledger-http-'));
   const config = loadConfig({
     DATA_DIR: dataDir,
     RUNLEDGER_API_KEYS: `${KEYS.tenantA}=tenant-a:append,read,admin;${KEYS.tenantB}=tenant-b:append,read;${KEYS.readerA}=tenant-a:read`,
@@ -61,7 +63,7 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
     },
     close: async () => {
       await app.close();
-      rmSync(dataDir, { recursive: true, force: true });
+      if (ownDir) rmSync(dataDir, { recursive: true, force: true });
     },
   };
 }
