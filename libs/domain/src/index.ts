@@ -5,3 +5,4 @@ export * from './event-types';
 export * from './hash-chain';
 export * from './run-rules';
 export * from './size-gate';
+export * from './projections';

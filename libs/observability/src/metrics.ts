@@ -2,7 +2,7 @@
  * The service's Prometheus metrics, on a registry of their own (so tests and several app
  * instances in one process never collide on the global default registry).
  */
-import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 export class Metrics {
   readonly registry = new Registry();
@@ -45,6 +45,36 @@ export class Metrics {
     name: 'runledger_body_rejections_total',
     help: 'Request bodies over BODY_MAX_BYTES refused unread, by whether a marker was recorded',
     labelNames: ['marker'] as const,
+    registers: [this.registry],
+  });
+
+  readonly projectedEvents = new Counter({
+    name: 'runledger_projected_events_total',
+    help: 'Run events folded into the read models',
+    registers: [this.registry],
+  });
+
+  readonly projectorPosition = new Gauge({
+    name: 'runledger_projector_position',
+    help: 'Log position of the last event folded into the read models',
+    registers: [this.registry],
+  });
+
+  readonly projectorLagEvents = new Gauge({
+    name: 'runledger_projector_lag_events',
+    help: 'Log head position minus the projector position (events, on the embedded store)',
+    registers: [this.registry],
+  });
+
+  readonly projectorLagSeconds = new Gauge({
+    name: 'runledger_projector_lag_seconds',
+    help: 'Age of the last event folded in while the projector is behind the head; 0 when caught up',
+    registers: [this.registry],
+  });
+
+  readonly rebuildProgress = new Gauge({
+    name: 'runledger_rebuild_progress_ratio',
+    help: 'Progress of the running read-model rebuild, 0 to 1 (1 when none is running)',
     registers: [this.registry],
   });
 

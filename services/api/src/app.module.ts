@@ -14,6 +14,9 @@ import { ErrorFilter } from './http/error.filter';
 import { BodyRejections } from './runs/body-rejections';
 import { RunLogService } from './runs/run-log.service';
 import { RunsController } from './runs/runs.controller';
+import { ProjectionsService } from './threads/projections.service';
+import { ThreadsController } from './threads/threads.controller';
+import { ThreadsService } from './threads/threads.service';
 
 @Module({})
 export class AppModule {
@@ -25,13 +28,15 @@ export class AppModule {
           useFactory: () => openEventStore(config),
         }),
       ],
-      controllers: [RunsController, HealthController],
+      controllers: [RunsController, ThreadsController, HealthController],
       providers: [
         { provide: APP_CONFIG, useValue: config },
         { provide: ApiKeyTable, useValue: new ApiKeyTable(keys) },
         Metrics,
         AccessPolicy,
         RunLogService,
+        ProjectionsService,
+        ThreadsService,
         BodyRejections,
         { provide: APP_GUARD, useClass: AccessGuard },
         { provide: APP_FILTER, useClass: ErrorFilter },

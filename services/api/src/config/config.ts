@@ -60,6 +60,12 @@ export class EnvironmentSchema {
   EVENT_MAX_BYTES = 1_048_576;
 
   @Transform(toInt)
+  @IsInt({ message: 'READ_WAIT_MS must be an integer between 0 and 60000' })
+  @Min(0, { message: 'READ_WAIT_MS must be an integer between 0 and 60000' })
+  @Max(60_000, { message: 'READ_WAIT_MS must be an integer between 0 and 60000' })
+  READ_WAIT_MS = 2000;
+
+  @Transform(toInt)
   @IsInt({ message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
   @Min(1, { message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
   @Max(10_000, { message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
@@ -80,6 +86,7 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'SQLITE_SYNCHRONOUS',
   'BODY_MAX_BYTES',
   'EVENT_MAX_BYTES',
+  'READ_WAIT_MS',
   'MAX_EVENTS_PER_APPEND',
   'LOG_LEVEL',
 ];
@@ -104,6 +111,8 @@ export interface AppConfig {
   bodyMaxBytes: number;
   /** An event's canonical JSON above this is reduced to fit (default: EventStoreDB's append ceiling). */
   eventMaxBytes: number;
+  /** How long a query with ?minPosition= waits for the projection before answering 503. */
+  readWaitMs: number;
   maxEventsPerAppend: number;
   logLevel: EnvironmentSchema['LOG_LEVEL'];
 }
@@ -170,6 +179,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     sqliteSynchronous: parsed.SQLITE_SYNCHRONOUS,
     bodyMaxBytes: parsed.BODY_MAX_BYTES,
     eventMaxBytes: parsed.EVENT_MAX_BYTES,
+    readWaitMs: parsed.READ_WAIT_MS,
     maxEventsPerAppend: parsed.MAX_EVENTS_PER_APPEND,
     logLevel: parsed.LOG_LEVEL,
   };

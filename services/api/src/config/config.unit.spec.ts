@@ -21,6 +21,7 @@ describe('configuration', () => {
       sqliteSynchronous: 'FULL',
       bodyMaxBytes: 33_554_432,
       eventMaxBytes: 1_048_576,
+      readWaitMs: 2000,
       maxEventsPerAppend: 1000,
       logLevel: 'log',
     });
@@ -58,6 +59,7 @@ describe('configuration', () => {
     ['SQLITE_SYNCHRONOUS', 'OFF'],
     ['BODY_MAX_BYTES', '12'],
     ['EVENT_MAX_BYTES', '100'],
+    ['READ_WAIT_MS', '-1'],
     ['EVENT_MAX_BYTES', '40000000'],
     ['MAX_EVENTS_PER_APPEND', '0'],
     ['EVENTSTORE_URL', 'http://localhost:2113'],

@@ -4,6 +4,7 @@ import type { FastifyReply } from 'fastify';
 import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import { Public } from '../auth/access.decorators';
+import { ProjectionsService } from '../threads/projections.service';
 
 /** Probes and the metrics scrape: public by design, they reveal no tenant's data. */
 @ApiExcludeController()
@@ -11,6 +12,7 @@ import { Public } from '../auth/access.decorators';
 export class HealthController {
   constructor(
     @Inject(EVENT_STORE) private readonly store: EventStore,
+    private readonly projections: ProjectionsService,
     private readonly metrics: Metrics,
   ) {}
 
@@ -24,13 +26,18 @@ export class HealthController {
   @Get('health/ready')
   @Public()
   async ready(@Res({ passthrough: true }) reply: FastifyReply) {
-    try {
-      await this.store.ping();
-      return { status: 'ready', checks: { store: 'ok' } };
-    } catch (error) {
-      void reply.status(503);
-      return { status: 'not_ready', checks: { store: `unreachable: ${String(error)}` } };
-    }
+    const store = await this.store.ping().then(
+      () => 'ok',
+      (error: unknown) => `unreachable: ${String(error)}`,
+    );
+    const projector = this.projections.problem() ?? 'ok';
+    const ready = store === 'ok' && projector === 'ok';
+    if (!ready) void reply.status(503);
+    return {
+      status: ready ? 'ready' : 'not_ready',
+      checks: { store, projector },
+      projectorPosition: this.projections.position(),
+    };
   }
 
   @Get('metrics')

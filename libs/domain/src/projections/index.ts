@@ -1,0 +1,5 @@
+export * from './message-text';
+export * from './thread-fold';
+export * from './thread-state';
+export * from './voice-seed';
+export * from './voice-tool-result';

@@ -1,0 +1,489 @@
+/**
+ * Properties of the thread fold over random valid event sequences (DESIGN.md "Rebuild"):
+ * folding in one go equals folding in chunks with the state stored as JSON between them (a
+ * rebuild equals the live projection), the messages always pass the AI SDK's
+ * validateUIMessages, the view's invariants hold after every event, and the order in which
+ * a tool's start and finish arrive never changes its final part.
+ */
+import fc from 'fast-check';
+import type { EndStatus } from '../event-types';
+import { fold, TENANT, THREAD, ThreadLog, toolParts } from './testing/thread-events';
+import { uiMessageProblems } from './testing/ui-messages';
+import { isToolPart } from './message-text';
+import { applyToThread, emptyThread, evolveThread } from './thread-fold';
+import type { ProjectedEvent, ThreadState, ToolPart } from './thread-state';
+
+// ---------------------------------------------------------------------------------------
+// Random valid sequences: abstract actions, turned into events by a small model of the
+// write path's rules (a run starts first and takes nothing after its end; one active turn
+// per run; a steer names the active turn; an approval is resolved once, after its request).
+
+const RUNS = 3;
+const CALLS = 4;
+const TOOL_NAMES = ['lookup', 'search', 'refund'];
+
+type Action =
+  | { kind: 'run.started'; run: number; title: string | null }
+  | { kind: 'run.finished'; run: number; status: EndStatus }
+  | { kind: 'turn.started'; run: number; turn: number }
+  | { kind: 'turn.finished'; run: number; turn: number }
+  | { kind: 'turn.steered'; run: number }
+  | {
+      kind: 'message.added';
+      run: number;
+      id: string;
+      role: 'user' | 'assistant' | 'system';
+      text: string;
+    }
+  | { kind: 'transcript.added'; run: number; id: string; role: 'user' | 'assistant'; text: string }
+  | { kind: 'model.call'; run: number }
+  | { kind: 'append.rejected'; run: number }
+  | { kind: 'tool.started'; run: number; call: number }
+  | {
+      kind: 'tool.finished';
+      run: number;
+      call: number;
+      failed: boolean;
+      named: boolean;
+      output: unknown;
+    }
+  | { kind: 'approval.requested'; run: number; approval: number; call: number }
+  | {
+      kind: 'approval.resolved';
+      run: number;
+      approval: number;
+      allow: boolean;
+      downgraded: boolean;
+    };
+
+const run = fc.integer({ min: 0, max: RUNS - 1 });
+const call = fc.integer({ min: 0, max: CALLS - 1 });
+const text = fc.oneof(
+  fc.string({ maxLength: 30 }),
+  fc.constantFrom('{"type":"text","text":"hi"}', '[]', '   ', ''),
+  fc.json({ maxDepth: 2 }),
+);
+const messageId = fc.oneof(
+  fc.constantFrom('m0', 'm1', 'm2', 'm3', 'u0', 'u1'),
+  fc.constantFrom('tool-msg-call_0', 'tool-msg-call_1'),
+);
+const output = fc.oneof(fc.jsonValue({ maxDepth: 2 }), fc.constant(undefined));
+
+const action: fc.Arbitrary<Action> = fc.oneof(
+  {
+    arbitrary: fc.record({
+      kind: fc.constant('run.started' as const),
+      run,
+      title: fc.option(fc.constantFrom('Refund', ' ', 'Order')),
+    }),
+    weight: 3,
+  },
+  {
+    arbitrary: fc.record({
+      kind: fc.constant('run.finished' as const),
+      run,
+      status: fc.constantFrom<EndStatus>('completed', 'failed', 'cancelled'),
+    }),
+    weight: 1,
+  },
+  {
+    arbitrary: fc.record({
+      kind: fc.constant('turn.started' as const),
+      run,
+      turn: fc.integer({ min: 0, max: 3 }),
+    }),
+    weight: 2,
+  },
+  {
+    arbitrary: fc.record({
+      kind: fc.constant('turn.finished' as const),
+      run,
+      turn: fc.integer({ min: 0, max: 3 }),
+    }),
+    weight: 2,
+  },
+  { arbitrary: fc.record({ kind: fc.constant('turn.steered' as const), run }), weight: 1 },
+  {
+    arbitrary: fc.record({
+      kind: fc.constant('message.added' as const),
+      run,
+      id: messageId,
+      role: fc.constantFrom<'user' | 'assistant' | 'system'>('user', 'assistant', 'system'),
+      text,
+    }),
+    weight: 3,
+  },
+  {
+    arbitrary: fc.record({
+      kind: fc.constant('transcript.added' as const),
+      run,
+      id: messageId,
+      role: fc.constantFrom<'user' | 'assistant'>('user', 'assistant'),
+      text,
+    }),
+    weight: 2,
+  },
+  { arbitrary: fc.record({ kind: fc.constant('model.call' as const), run }), weight: 1 },
+  { arbitrary: fc.record({ kind: fc.constant('append.rejected' as const), run }), weight: 1 },
+  { arbitrary: fc.record({ kind: fc.constant('tool.started' as const), run, call }), weight: 5 },
+  {
+    arbitrary: fc.record({
+      kind: fc.constant('tool.finished' as const),
+      run,
+      call,
+      failed: fc.boolean(),
+      named: fc.boolean(),
+      output,
+    }),
+    weight: 5,
+  },
+  {
+    arbitrary: fc.record({
+      kind: fc.constant('approval.requested' as const),
+      run,
+      approval: fc.integer({ min: 0, max: 1 }),
+      call,
+    }),
+    weight: 2,
+  },
+  {
+    arbitrary: fc.record({
+      kind: fc.constant('approval.resolved' as const),
+      run,
+      approval: fc.integer({ min: 0, max: 1 }),
+      allow: fc.boolean(),
+      downgraded: fc.boolean(),
+    }),
+    weight: 2,
+  },
+);
+
+const toolName = (callIndex: number) => TOOL_NAMES[callIndex % TOOL_NAMES.length];
+const callId = (callIndex: number) => `call_${callIndex}`;
+
+/** The events the write path would have recorded for these actions, in order. */
+function eventsOf(actions: readonly Action[]): ProjectedEvent[] {
+  const log = new ThreadLog();
+  const events: ProjectedEvent[] = [];
+  const started = new Set<number>();
+  const ended = new Set<number>();
+  const activeTurn = new Map<number, string>();
+  const requested = new Map<string, number>(); // approvalId → run
+  const resolved = new Set<string>();
+  for (const a of actions) {
+    const runId = `run-${a.run}`;
+    if (a.kind === 'run.started') {
+      if (started.has(a.run)) continue;
+      started.add(a.run);
+      events.push(log.runStarted(runId, a.title === null ? {} : { title: a.title }));
+      continue;
+    }
+    if (ended.has(a.run)) continue;
+    if (!started.has(a.run)) {
+      started.add(a.run);
+      events.push(log.runStarted(runId));
+    }
+    switch (a.kind) {
+      case 'run.finished':
+        ended.add(a.run);
+        events.push(log.runFinished(runId, a.status));
+        break;
+      case 'turn.started':
+        if (activeTurn.has(a.run)) break;
+        activeTurn.set(a.run, `turn-${a.turn}`);
+        events.push(log.turnStarted(runId, `turn-${a.turn}`));
+        break;
+      case 'turn.finished':
+        if (activeTurn.get(a.run) === `turn-${a.turn}`) activeTurn.delete(a.run);
+        events.push(log.turnFinished(runId, `turn-${a.turn}`));
+        break;
+      case 'turn.steered': {
+        const turnId = activeTurn.get(a.run);
+        if (turnId !== undefined) {
+          events.push(log.event(runId, 'turn.steered', { turnId, instruction: 'faster' }));
+        }
+        break;
+      }
+      case 'message.added':
+        events.push(log.message(runId, a.id, a.role, a.text));
+        break;
+      case 'transcript.added':
+        events.push(
+          log.transcript(runId, a.id, a.role, a.text.trim() === '' ? `said ${a.text}` : a.text),
+        );
+        break;
+      case 'model.call':
+        events.push(
+          log.event(runId, 'model.call', {
+            callId: 'mc',
+            model: 'm',
+            messages: [{ role: 'user', content: 'hi' }],
+          }),
+        );
+        break;
+      case 'append.rejected':
+        events.push(
+          log.event(runId, 'append.rejected', { reason: 'body_too_large', declaredBytes: 1 }),
+        );
+        break;
+      case 'tool.started':
+        events.push(log.toolStarted(runId, callId(a.call), toolName(a.call), { call: a.call }));
+        break;
+      case 'tool.finished': {
+        const event = log.toolFinished(runId, callId(a.call), {
+          toolName: toolName(a.call),
+          failed: a.failed,
+          output: a.output,
+          ...(a.failed ? { errorText: `call ${a.call} failed` } : {}),
+        });
+        const data = event.data as Record<string, unknown>;
+        if (!a.named) delete data.toolName;
+        if (a.output === undefined) delete data.output;
+        events.push(event);
+        break;
+      }
+      case 'approval.requested': {
+        const approvalId = `ap-${a.run}-${a.approval}`;
+        if (requested.has(approvalId)) break;
+        requested.set(approvalId, a.run);
+        events.push(
+          log.approvalRequested(runId, approvalId, callId(a.call), toolName(a.call), {
+            call: a.call,
+          }),
+        );
+        break;
+      }
+      case 'approval.resolved': {
+        const approvalId = `ap-${a.run}-${a.approval}`;
+        if (!requested.has(approvalId) || resolved.has(approvalId)) break;
+        resolved.add(approvalId);
+        events.push(
+          log.approvalResolved(
+            runId,
+            approvalId,
+            a.allow ? 'allow' : 'deny',
+            a.allow ? {} : { downgraded: a.downgraded },
+          ),
+        );
+        break;
+      }
+    }
+  }
+  return events;
+}
+
+const sequences = fc.array(action, { minLength: 1, maxLength: 80, size: 'large' }).map(eventsOf);
+
+// ---------------------------------------------------------------------------------------
+
+function foldInChunks(events: readonly ProjectedEvent[], cuts: readonly number[]): ThreadState {
+  const boundaries = [...new Set(cuts.map((cut) => cut % (events.length + 1)))].sort(
+    (a, b) => a - b,
+  );
+  let state = emptyThread(TENANT, THREAD);
+  let from = 0;
+  for (const to of [...boundaries, events.length]) {
+    // The projector stores the state as JSON between batches and reads it back.
+    state = JSON.parse(JSON.stringify(state)) as ThreadState;
+    for (const event of events.slice(from, to)) applyToThread(state, event);
+    from = Math.max(from, to);
+  }
+  return JSON.parse(JSON.stringify(state)) as ThreadState;
+}
+
+const TERMINAL = new Set(['output-available', 'output-error', 'output-denied']);
+
+/** The view's invariants, checked by scanning (the fold keeps them without scanning). */
+function invariantProblems(state: ThreadState): string[] {
+  const problems: string[] = [];
+  const ids = state.messages.map((m) => m.id);
+  if (new Set(ids).size !== ids.length) problems.push(`duplicate message ids: ${ids.join(',')}`);
+  const runStatus = new Map(state.runs.map((r) => [r.runId, r.status]));
+  const partByKey = new Map<string, ToolPart>();
+  for (const message of state.messages) {
+    for (const part of message.parts) {
+      if (!isToolPart(part)) continue;
+      if (message.role !== 'assistant')
+        problems.push(`tool part ${part.toolCallId} outside an assistant message`);
+      const runId = message.metadata?.runId ?? '';
+      const key = `${runId}/${part.toolCallId}`;
+      if (partByKey.has(key)) problems.push(`duplicate part ${key}`);
+      partByKey.set(key, part);
+      if (runStatus.get(runId) !== 'running' && !TERMINAL.has(part.state)) {
+        problems.push(`part ${key} is ${part.state} in a run that is over`);
+      }
+    }
+  }
+  const activeKeys = state.activeTools.map((t) => `${t.runId}/${t.toolCallId}`);
+  if (new Set(activeKeys).size !== activeKeys.length) problems.push('duplicate active tools');
+  for (const key of activeKeys) {
+    const part = partByKey.get(key);
+    if (part === undefined || TERMINAL.has(part.state))
+      problems.push(`active tool ${key} is not running`);
+  }
+  for (const approval of state.pendingApprovals) {
+    if (runStatus.get(approval.runId) !== 'running')
+      problems.push(`approval ${approval.approvalId} pending in a run that is over`);
+  }
+  const active = state.runs.filter((r) => r.status === 'running');
+  const expected =
+    state.pendingApprovals.length > 0
+      ? 'blocked'
+      : state.runs.length === 0
+        ? 'idle'
+        : active.length === 0
+          ? 'finished'
+          : active.some((r) => r.activeTurnId !== null) || state.activeTools.length > 0
+            ? 'running'
+            : 'idle';
+  if (state.status !== expected) problems.push(`status ${state.status}, expected ${expected}`);
+  return problems;
+}
+
+describe('thread fold properties', () => {
+  it('folding in one go equals folding in chunks with a JSON round trip between them (rebuild == live)', () => {
+    fc.assert(
+      fc.property(sequences, fc.array(fc.nat(), { maxLength: 6 }), (events, cuts) => {
+        const live = fold(events);
+        expect(JSON.stringify(foldInChunks(events, cuts))).toBe(JSON.stringify(live));
+      }),
+      { numRuns: 400 },
+    );
+  });
+
+  it('evolveThread, event by event, ends where applyToThread ends, leaving each state it was given as it was', () => {
+    fc.assert(
+      fc.property(sequences, (events) => {
+        let state = emptyThread(TENANT, THREAD);
+        for (const event of events) {
+          const before = JSON.stringify(state);
+          const next = evolveThread(state, event);
+          expect(JSON.stringify(state)).toBe(before);
+          state = next;
+        }
+        expect(JSON.stringify(state)).toBe(JSON.stringify(fold(events)));
+      }),
+      { numRuns: 100 },
+    );
+  });
+
+  it('keeps the view invariants after every event', () => {
+    fc.assert(
+      fc.property(sequences, (events) => {
+        const state = emptyThread(TENANT, THREAD);
+        for (const event of events) {
+          applyToThread(state, event);
+          expect(invariantProblems(state)).toEqual([]);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('answers messages that validateUIMessages accepts', async () => {
+    await fc.assert(
+      fc.asyncProperty(sequences, async (events) => {
+        expect(await uiMessageProblems(fold(events).messages)).toBeNull();
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+// ---------------------------------------------------------------------------------------
+
+interface ToolCallScript {
+  call: number;
+  failed: boolean;
+  named: boolean;
+  startTwice: boolean;
+  finishTwice: boolean;
+}
+
+const toolScripts = fc.uniqueArray(
+  fc.record({
+    call: fc.integer({ min: 0, max: 9 }),
+    failed: fc.boolean(),
+    named: fc.boolean(),
+    startTwice: fc.boolean(),
+    finishTwice: fc.boolean(),
+  }),
+  { minLength: 1, maxLength: 5, selector: (script) => script.call },
+);
+
+type Step = { call: number; phase: 'start' | 'finish'; script: ToolCallScript };
+
+function stepsOf(scripts: readonly ToolCallScript[]): Step[] {
+  return scripts.flatMap((script) => {
+    const steps: Step[] = [
+      { call: script.call, phase: 'start', script },
+      { call: script.call, phase: 'finish', script },
+    ];
+    if (script.startTwice) steps.push({ call: script.call, phase: 'start', script });
+    if (script.finishTwice) steps.push({ call: script.call, phase: 'finish', script });
+    return steps;
+  });
+}
+
+function foldSteps(steps: readonly Step[]): ThreadState {
+  const log = new ThreadLog();
+  const events = [log.runStarted('r1')];
+  for (const { call: c, phase, script } of steps) {
+    if (phase === 'start') {
+      events.push(log.toolStarted('r1', callId(c), toolName(c), { call: c }));
+      continue;
+    }
+    const finish = log.toolFinished('r1', callId(c), {
+      toolName: toolName(c),
+      failed: script.failed,
+      output: { result: c },
+      ...(script.failed ? { errorText: `call ${c} failed` } : {}),
+    });
+    if (!script.named) delete (finish.data as Record<string, unknown>).toolName;
+    events.push(finish);
+  }
+  return fold(events);
+}
+
+function partsByCall(state: ThreadState): ToolPart[] {
+  return [...toolParts(state)].sort((a, b) => a.toolCallId.localeCompare(b.toolCallId));
+}
+
+describe('tool start/finish interleavings', () => {
+  it('whatever order starts and finishes arrive in, duplicates included, the final parts are the same, once each, and nothing runs', () => {
+    fc.assert(
+      fc.property(
+        toolScripts.chain((scripts) => {
+          const steps = stepsOf(scripts);
+          return fc.tuple(
+            fc.constant(scripts),
+            fc.array(fc.double({ noNaN: true }), {
+              minLength: steps.length,
+              maxLength: steps.length,
+            }),
+          );
+        }),
+        ([scripts, keys]) => {
+          const inOrder = stepsOf(scripts);
+          const shuffled = inOrder
+            .map((step, i) => ({ step, key: keys[i] }))
+            .sort((a, b) => a.key - b.key)
+            .map(({ step }) => step);
+          const reference = foldSteps(inOrder);
+          const state = foldSteps(shuffled);
+          expect(partsByCall(state)).toEqual(partsByCall(reference));
+          expect(toolParts(state)).toHaveLength(scripts.length);
+          expect(state.activeTools).toEqual([]);
+          for (const part of toolParts(state)) {
+            expect(part.state).toBe(
+              scripts.find((s) => callId(s.call) === part.toolCallId)?.failed
+                ? 'output-error'
+                : 'output-available',
+            );
+          }
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+});

@@ -1,0 +1,856 @@
+/**
+ * The thread view's fold, rule by rule (DESIGN.md "Projections"; BACKGROUND.md §1, §4):
+ * messages, two-phase tool parts in any order, approvals, run ends, what runs now, status.
+ * Every thread these examples build must also pass the AI SDK's validateUIMessages.
+ */
+import { EVENT_TYPES } from '../event-types';
+import { EVENT_DATA_EXAMPLES } from '../testing/event-fixtures';
+import {
+  given,
+  recordedAt,
+  takeFolded,
+  TENANT,
+  THREAD,
+  ThreadLog,
+  toolPart,
+  toolParts,
+} from './testing/thread-events';
+import { uiMessageProblems } from './testing/ui-messages';
+import {
+  applyToThread,
+  DOWNGRADED_REASON,
+  emptyThread,
+  evolveThread,
+  THREAD_EVENT_HANDLING,
+  threadOf,
+  threadSummary,
+  threadView,
+} from './thread-fold';
+import type { ProjectedEvent, ThreadState } from './thread-state';
+
+let log: ThreadLog;
+
+beforeEach(() => {
+  log = new ThreadLog();
+});
+
+afterEach(async () => {
+  for (const state of takeFolded()) {
+    expect(await uiMessageProblems(state.messages)).toBeNull();
+  }
+});
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const child of Object.values(value)) deepFreeze(child);
+  }
+  return value;
+}
+
+describe('the AI SDK check every example goes through', () => {
+  it('is real: it rejects what validateUIMessages rejects', async () => {
+    const unanswered = {
+      id: 'x',
+      role: 'assistant' as const,
+      parts: [
+        {
+          type: 'tool-refund' as const,
+          toolCallId: 'tc1',
+          state: 'output-available' as const,
+          input: {},
+          output: 1,
+          approval: { id: 'ap1' },
+        },
+      ],
+    };
+    expect(await uiMessageProblems([unanswered])).toMatch(/Type validation failed/);
+    const noInput = {
+      ...unanswered,
+      parts: [{ ...unanswered.parts[0], approval: undefined, input: undefined }],
+    };
+    expect(await uiMessageProblems([noInput])).toMatch(/Type validation failed/);
+  });
+});
+
+describe('emptyThread', () => {
+  it('is idle at position 0 with nothing in it', () => {
+    expect(emptyThread(TENANT, THREAD)).toEqual({
+      tenantId: TENANT,
+      threadId: THREAD,
+      title: null,
+      status: 'idle',
+      runs: [],
+      messages: [],
+      pendingApprovals: [],
+      activeTools: [],
+      lastActivityAt: '',
+      position: 0,
+    });
+  });
+});
+
+describe('messages', () => {
+  it('given a run, when a message is added, then it is a UIMessage with one text part', () => {
+    const state = given(log.runStarted('r1')).when(log.message('r1', 'm1', 'user', 'Hi'));
+    expect(state.messages).toEqual([
+      {
+        id: 'm1',
+        role: 'user',
+        parts: [{ type: 'text', text: 'Hi' }],
+        metadata: { runId: 'r1', source: 'message', position: 2 },
+      },
+    ]);
+  });
+
+  it('given a message, when the same messageId is added again, then it is replaced in place, not duplicated', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.message('r1', 'm1', 'user', 'first'),
+      log.message('r1', 'm2', 'assistant', 'reply'),
+    ).when(log.message('r1', 'm1', 'user', 'edited'));
+    expect(state.messages.map((m) => [m.id, m.parts])).toEqual([
+      ['m1', [{ type: 'text', text: 'edited' }]],
+      ['m2', [{ type: 'text', text: 'reply' }]],
+    ]);
+  });
+
+  it('given a run, when a transcript is added, then it is a message keyed by its utteranceId', () => {
+    const state = given(log.runStarted('r1')).when(
+      log.transcript('r1', 'u1', 'assistant', 'Let me check.'),
+    );
+    expect(state.messages).toEqual([
+      {
+        id: 'u1',
+        role: 'assistant',
+        parts: [{ type: 'text', text: 'Let me check.' }],
+        metadata: { runId: 'r1', source: 'transcript', position: 2 },
+      },
+    ]);
+  });
+
+  it('keeps system messages, with their role', () => {
+    const state = given(log.runStarted('r1')).when(log.message('r1', 's1', 'system', 'Be brief.'));
+    expect(state.messages[0].role).toBe('system');
+  });
+
+  it('keeps text that looks like JSON or an envelope exactly as it is', () => {
+    const text = '{"type":"tool-result","output":{"ok":true}}';
+    const state = given(log.runStarted('r1')).when(log.message('r1', 'm1', 'assistant', text));
+    expect(state.messages[0].parts).toEqual([{ type: 'text', text }]);
+  });
+
+  it('folds an event stamped as truncated as recorded', () => {
+    const started = log.runStarted('r1');
+    const reduced = log.event('r1', 'message.added', {
+      messageId: 'm1',
+      role: 'user',
+      text: 'the reduced text',
+      truncation: {
+        originalByteLength: 2_000_000,
+        limitBytes: 1_048_576,
+        omittedMessageCount: 0,
+        clampedParts: 1,
+      },
+    });
+    const state = given(started).when(reduced);
+    expect(state.messages[0].parts).toEqual([{ type: 'text', text: 'the reduced text' }]);
+  });
+
+  it('given a run, when model calls and rejected appends are recorded, then they show no message but move position and activity', () => {
+    const started = log.runStarted('r1');
+    const call = log.event('r1', 'model.call', structuredClone(EVENT_DATA_EXAMPLES['model.call']));
+    const rejected = log.event('r1', 'append.rejected', {
+      reason: 'body_too_large',
+      declaredBytes: 9,
+    });
+    const state = given(started).when(call, rejected);
+    expect(state.messages).toEqual([]);
+    expect(state.position).toBe(rejected.position);
+    expect(state.lastActivityAt).toBe(rejected.recordedAt);
+  });
+});
+
+describe('tool parts', () => {
+  it('given a run, when a tool starts, then a running part appears in a new assistant message named after the call', () => {
+    const state = given(log.runStarted('r1')).when(
+      log.toolStarted('r1', 'tc1', 'lookup', { q: 1 }),
+    );
+    expect(state.messages).toEqual([
+      {
+        id: 'tool-msg-tc1',
+        role: 'assistant',
+        parts: [
+          { type: 'tool-lookup', toolCallId: 'tc1', state: 'input-available', input: { q: 1 } },
+        ],
+        metadata: { runId: 'r1', source: 'tool', position: 2 },
+      },
+    ]);
+  });
+
+  it('given an assistant message of the same run last, when a tool starts, then its part joins that message', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.message('r1', 'a1', 'assistant', 'Let me look.'),
+    ).when(log.toolStarted('r1', 'tc1'), log.toolStarted('r1', 'tc2'));
+    expect(state.messages).toHaveLength(1);
+    expect(state.messages[0].parts.map((p) => p.type)).toEqual([
+      'text',
+      'tool-lookup',
+      'tool-lookup',
+    ]);
+  });
+
+  it("given a user message or another run's assistant message last, when a tool starts, then it gets a message of its own", () => {
+    const afterUser = given(log.runStarted('r1'), log.message('r1', 'u1', 'user', 'Go')).when(
+      log.toolStarted('r1', 'tc1'),
+    );
+    expect(afterUser.messages.map((m) => m.id)).toEqual(['u1', 'tool-msg-tc1']);
+
+    const other = new ThreadLog();
+    const afterOtherRun = given(
+      other.runStarted('r1'),
+      other.runStarted('r2'),
+      other.message('r1', 'a1', 'assistant', 'Run one speaking'),
+    ).when(other.toolStarted('r2', 'tc9'));
+    expect(afterOtherRun.messages.map((m) => m.id)).toEqual(['a1', 'tool-msg-tc9']);
+  });
+
+  it('given a running tool, when it finishes, then the same part holds the output', () => {
+    const state = given(log.runStarted('r1'), log.toolStarted('r1', 'tc1')).when(
+      log.toolFinished('r1', 'tc1', { output: { status: 'shipped' } }),
+    );
+    expect(toolParts(state)).toEqual([
+      {
+        type: 'tool-lookup',
+        toolCallId: 'tc1',
+        state: 'output-available',
+        input: { orderId: 1042 },
+        output: { status: 'shipped' },
+      },
+    ]);
+  });
+
+  it('given a running tool, when it finishes failed, then it is output-error with its errorText, never green', () => {
+    const state = given(log.runStarted('r1'), log.toolStarted('r1', 'tc1')).when(
+      log.toolFinished('r1', 'tc1', {
+        failed: true,
+        errorText: 'unknown tool',
+        output: 'dispatcher said ok',
+      }),
+    );
+    expect(toolPart(state, 'tc1')).toEqual({
+      type: 'tool-lookup',
+      toolCallId: 'tc1',
+      state: 'output-error',
+      input: { orderId: 1042 },
+      errorText: 'unknown tool',
+    });
+  });
+
+  it('given a finish that landed first, when the start arrives, then it fills in the input and the part stays finished', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.toolFinished('r1', 'tc1', { toolName: 'lookup', output: 'done' }),
+    ).when(log.toolStarted('r1', 'tc1', 'lookup', { orderId: 7 }));
+    expect(toolPart(state, 'tc1')).toEqual({
+      type: 'tool-lookup',
+      toolCallId: 'tc1',
+      state: 'output-available',
+      input: { orderId: 7 },
+      output: 'done',
+    });
+    expect(state.activeTools).toEqual([]);
+    expect(state.status).toBe('idle');
+  });
+
+  it('given a finished tool, when its start is delivered again, then it is not running again', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.toolStarted('r1', 'tc1'),
+      log.toolFinished('r1', 'tc1'),
+    ).when(log.toolStarted('r1', 'tc1'));
+    expect(toolPart(state, 'tc1').state).toBe('output-available');
+    expect(state.activeTools).toEqual([]);
+  });
+
+  it('given a tool, when its start and finish are each delivered twice, then there is one part', () => {
+    const state = given(log.runStarted('r1')).when(
+      log.toolStarted('r1', 'tc1'),
+      log.toolStarted('r1', 'tc1'),
+      log.toolFinished('r1', 'tc1'),
+      log.toolFinished('r1', 'tc1', { failed: true, errorText: 'late duplicate' }),
+    );
+    expect(toolParts(state)).toHaveLength(1);
+    expect(toolPart(state, 'tc1').state).toBe('output-available');
+  });
+
+  it('given no start, when a finish arrives, then the part is created with its call and output', () => {
+    const state = given(log.runStarted('r1')).when(
+      log.toolFinished('r1', 'tc1', { toolName: 'search', output: [1, 2] }),
+    );
+    expect(toolPart(state, 'tc1')).toEqual({
+      type: 'tool-search',
+      toolCallId: 'tc1',
+      state: 'output-available',
+      input: {},
+      output: [1, 2],
+    });
+  });
+
+  it('given no start, when a finish without a name arrives, then the part is tool-unknown until a start names it', () => {
+    const started = log.runStarted('r1');
+    const finish = log.toolFinished('r1', 'tc1', { toolName: undefined, output: 'x' });
+    delete (finish.data as { toolName?: string }).toolName;
+    const unnamed = given(started).when(finish);
+    expect(toolPart(unnamed, 'tc1').type).toBe('tool-unknown');
+
+    const named = given(started, finish).when(log.toolStarted('r1', 'tc1', 'search'));
+    expect(toolPart(named, 'tc1').type).toBe('tool-search');
+  });
+
+  it('given a finish with no output, then the output is null (the AI SDK requires one)', () => {
+    const history = [log.runStarted('r1'), log.toolStarted('r1', 'tc1')];
+    const finish = log.toolFinished('r1', 'tc1');
+    delete (finish.data as { output?: unknown }).output;
+    const state = given(...history).when(finish);
+    expect(toolPart(state, 'tc1')).toMatchObject({ state: 'output-available', output: null });
+  });
+
+  it('keeps a start whose input is not an object under { raw }', () => {
+    const started = log.runStarted('r1');
+    const start = log.event('r1', 'tool.started', {
+      toolCallId: 'tc1',
+      toolName: 'lookup',
+      input: [1, 2] as unknown as Record<string, unknown>,
+    });
+    const state = given(started).when(start);
+    expect(toolPart(state, 'tc1').input).toEqual({ raw: [1, 2] });
+  });
+
+  it('given the same toolCallId in two runs, then each run has its own part', () => {
+    const state = given(log.runStarted('r1'), log.runStarted('r2')).when(
+      log.toolStarted('r1', 'call_0'),
+      log.toolStarted('r2', 'call_0'),
+      log.toolFinished('r2', 'call_0', { output: 'second' }),
+    );
+    const parts = toolParts(state);
+    expect(parts.map((p) => p.state)).toEqual(['input-available', 'output-available']);
+    expect(new Set(state.messages.map((m) => m.id)).size).toBe(state.messages.length);
+  });
+
+  it('given a message already using the derived id, when a tool needs a message, then a distinct id is derived', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.message('r1', 'tool-msg-tc1', 'user', 'I chose this id'),
+    ).when(log.toolStarted('r1', 'tc1'));
+    expect(state.messages.map((m) => m.id)).toEqual(['tool-msg-tc1', 'tool-msg-r1-tc1']);
+  });
+});
+
+describe('approvals', () => {
+  it('given a running tool, when approval is requested, then the part waits for it and the thread is blocked', () => {
+    const history = [log.runStarted('r1'), log.toolStarted('r1', 'tc1', 'refund', { amount: 5 })];
+    const request = log.approvalRequested('r1', 'ap1', 'tc1', 'refund');
+    const state = given(...history).when(request);
+    expect(toolPart(state, 'tc1')).toEqual({
+      type: 'tool-refund',
+      toolCallId: 'tc1',
+      state: 'approval-requested',
+      input: { amount: 5 },
+      approval: { id: 'ap1' },
+    });
+    expect(state.pendingApprovals).toEqual([
+      {
+        approvalId: 'ap1',
+        runId: 'r1',
+        toolCallId: 'tc1',
+        toolName: 'refund',
+        input: { orderId: 1042, amount: 19.99 },
+        question: 'Refund 19.99 EUR?',
+        requestedAt: request.recordedAt,
+      },
+    ]);
+    expect(state.status).toBe('blocked');
+  });
+
+  it('given no part for the call, when approval is requested, then the part is created from the request', () => {
+    const state = given(log.runStarted('r1')).when(
+      log.approvalRequested('r1', 'ap1', 'tc1', 'refund', { amount: 3 }),
+    );
+    expect(toolPart(state, 'tc1')).toEqual({
+      type: 'tool-refund',
+      toolCallId: 'tc1',
+      state: 'approval-requested',
+      input: { amount: 3 },
+      approval: { id: 'ap1' },
+    });
+  });
+
+  it('given a pending approval, when it is allowed and the tool finishes, then the part is answered, then completed with the approval kept', () => {
+    const history = [log.runStarted('r1'), log.approvalRequested('r1', 'ap1', 'tc1')];
+    const allowed = given(...history).when(log.approvalResolved('r1', 'ap1', 'allow'));
+    expect(toolPart(allowed, 'tc1')).toMatchObject({
+      state: 'approval-responded',
+      approval: { id: 'ap1', approved: true },
+    });
+    expect(allowed.pendingApprovals).toEqual([]);
+    expect(allowed.status).toBe('idle');
+
+    const done = given(...history, log.approvalResolved('r1', 'ap1', 'allow')).when(
+      log.toolStarted('r1', 'tc1', 'refund'),
+      log.toolFinished('r1', 'tc1', { toolName: 'refund', output: { refunded: true } }),
+    );
+    expect(toolPart(done, 'tc1')).toEqual({
+      type: 'tool-refund',
+      toolCallId: 'tc1',
+      state: 'output-available',
+      input: { orderId: 1042 },
+      output: { refunded: true },
+      approval: { id: 'ap1', approved: true },
+    });
+  });
+
+  it('given an allowed call, when it fails, then it is output-error and keeps the granted approval', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+      log.approvalResolved('r1', 'ap1', 'allow'),
+    ).when(log.toolFinished('r1', 'tc1', { failed: true, errorText: 'payments API answered 503' }));
+    expect(toolPart(state, 'tc1')).toMatchObject({
+      state: 'output-error',
+      errorText: 'payments API answered 503',
+      approval: { id: 'ap1', approved: true },
+    });
+  });
+
+  it('given a pending approval, when it is denied, then the part is output-denied and a later finish does not change it', () => {
+    const denied = given(log.runStarted('r1'), log.approvalRequested('r1', 'ap1', 'tc1')).when(
+      log.approvalResolved('r1', 'ap1', 'deny'),
+      log.toolFinished('r1', 'tc1', { failed: true, errorText: 'denied' }),
+    );
+    expect(toolPart(denied, 'tc1')).toEqual({
+      type: 'tool-refund',
+      toolCallId: 'tc1',
+      state: 'output-denied',
+      input: { orderId: 1042, amount: 19.99 },
+      approval: { id: 'ap1', approved: false },
+    });
+    expect(denied.pendingApprovals).toEqual([]);
+    expect(denied.status).toBe('idle');
+  });
+
+  it('given a pending approval, when the policy downgrades an allow to a deny, then the denial says why', () => {
+    const state = given(log.runStarted('r1'), log.approvalRequested('r1', 'ap1', 'tc1')).when(
+      log.approvalResolved('r1', 'ap1', 'deny', { downgraded: true }),
+    );
+    expect(toolPart(state, 'tc1').approval).toEqual({
+      id: 'ap1',
+      approved: false,
+      reason: DOWNGRADED_REASON,
+    });
+  });
+
+  it('given a running tool waiting for approval, when it is denied, then it no longer runs', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.toolStarted('r1', 'tc1', 'refund'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+    ).when(log.approvalResolved('r1', 'ap1', 'deny'));
+    expect(state.activeTools).toEqual([]);
+  });
+
+  it('given a pending approval, when the tool finishes anyway, then the part completes (the unanswered approval is not shown on it) and the approval stays pending', () => {
+    const state = given(log.runStarted('r1'), log.approvalRequested('r1', 'ap1', 'tc1')).when(
+      log.toolFinished('r1', 'tc1', { output: 'ran' }),
+    );
+    expect(toolPart(state, 'tc1')).toEqual({
+      type: 'tool-refund',
+      toolCallId: 'tc1',
+      state: 'output-available',
+      input: { orderId: 1042, amount: 19.99 },
+      output: 'ran',
+    });
+    expect(state.pendingApprovals.map((p) => p.approvalId)).toEqual(['ap1']);
+    expect(state.status).toBe('blocked');
+  });
+
+  it('given two pending approvals, when one is resolved, then the thread stays blocked until the other is', () => {
+    const history = [
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+      log.approvalRequested('r1', 'ap2', 'tc2'),
+    ];
+    const one = given(...history).when(log.approvalResolved('r1', 'ap1', 'allow'));
+    expect(one.status).toBe('blocked');
+    const both = given(...history, log.approvalResolved('r1', 'ap1', 'allow')).when(
+      log.approvalResolved('r1', 'ap2', 'deny'),
+    );
+    expect(both.status).toBe('idle');
+    expect(both.pendingApprovals).toEqual([]);
+  });
+});
+
+describe('run end', () => {
+  it('given tools still running, when the run ends, then each is output-error saying the run ended first, and nothing runs', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.turnStarted('r1', 't1'),
+      log.toolStarted('r1', 'tc1'),
+      log.toolStarted('r1', 'tc2'),
+      log.toolFinished('r1', 'tc2'),
+    ).when(log.runFinished('r1', 'cancelled'));
+    expect(toolPart(state, 'tc1')).toEqual({
+      type: 'tool-lookup',
+      toolCallId: 'tc1',
+      state: 'output-error',
+      input: { orderId: 1042 },
+      errorText: 'The run ended (cancelled) before this tool finished.',
+    });
+    expect(toolPart(state, 'tc2').state).toBe('output-available');
+    expect(state.activeTools).toEqual([]);
+    expect(state.runs[0]).toMatchObject({ status: 'cancelled', activeTurnId: null });
+    expect(state.status).toBe('finished');
+  });
+
+  it('given a pending approval, when the run ends, then the approval is removed and its part ends unanswered', () => {
+    const history = [log.runStarted('r1'), log.approvalRequested('r1', 'ap1', 'tc1')];
+    const end = log.runFinished('r1', 'failed');
+    const state = given(...history).when(end);
+    expect(state.pendingApprovals).toEqual([]);
+    expect(toolPart(state, 'tc1')).toEqual({
+      type: 'tool-refund',
+      toolCallId: 'tc1',
+      state: 'output-error',
+      input: { orderId: 1042, amount: 19.99 },
+      errorText: "The run ended (failed) before this tool's approval was answered.",
+    });
+    expect(state.runs[0]).toMatchObject({ status: 'failed', finishedAt: end.recordedAt });
+  });
+
+  it('given an allowed call not yet finished, when the run ends, then it is output-error keeping the granted approval', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+      log.approvalResolved('r1', 'ap1', 'allow'),
+    ).when(log.runFinished('r1', 'completed'));
+    expect(toolPart(state, 'tc1')).toMatchObject({
+      state: 'output-error',
+      errorText: 'The run ended (completed) before this tool finished.',
+      approval: { id: 'ap1', approved: true },
+    });
+  });
+
+  it('given two runs, when one ends, then only its tools and approvals are closed', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.runStarted('r2'),
+      log.toolStarted('r1', 'tc1'),
+      log.toolStarted('r2', 'tc2'),
+      log.approvalRequested('r2', 'ap2', 'tc3'),
+    ).when(log.runFinished('r1', 'completed'));
+    expect(toolPart(state, 'tc1').state).toBe('output-error');
+    expect(toolPart(state, 'tc2').state).toBe('input-available');
+    expect(state.activeTools.map((t) => t.toolCallId)).toEqual(['tc2']);
+    expect(state.pendingApprovals.map((p) => p.approvalId)).toEqual(['ap2']);
+    expect(state.status).toBe('blocked');
+  });
+});
+
+describe('active tools', () => {
+  it('given a run, when a tool starts, then it is listed as running; when it finishes, it is not', () => {
+    const started = log.runStarted('r1');
+    const start = log.toolStarted('r1', 'tc1');
+    const running = given(started).when(start);
+    expect(running.activeTools).toEqual([
+      { toolCallId: 'tc1', toolName: 'lookup', runId: 'r1', startedAt: start.recordedAt },
+    ]);
+    expect(running.status).toBe('running');
+    const done = given(started, start).when(log.toolFinished('r1', 'tc1'));
+    expect(done.activeTools).toEqual([]);
+  });
+
+  it('given a running tool, when its start is delivered again, then it is listed once', () => {
+    const state = given(log.runStarted('r1'), log.toolStarted('r1', 'tc1')).when(
+      log.toolStarted('r1', 'tc1'),
+    );
+    expect(state.activeTools).toHaveLength(1);
+  });
+
+  it.each([
+    ['an assistant message', (l: ThreadLog) => l.message('r1', 'a1', 'assistant', 'Here it is')],
+    [
+      'an assistant transcript',
+      (l: ThreadLog) => l.transcript('r1', 'u9', 'assistant', 'Found it'),
+    ],
+    ['a turn end', (l: ThreadLog) => l.turnFinished('r1', 't1')],
+    ['a turn end naming another turn', (l: ThreadLog) => l.turnFinished('r1', 't-other')],
+    ['the run end', (l: ThreadLog) => l.runFinished('r1', 'completed')],
+  ])('given running tools, when %s arrives, then they are cleared', (_what, next) => {
+    const state = given(
+      log.runStarted('r1'),
+      log.turnStarted('r1', 't1'),
+      log.toolStarted('r1', 'tc1'),
+    ).when(next(log));
+    expect(state.activeTools).toEqual([]);
+  });
+
+  it.each([
+    [
+      'a user transcript (a caller talking over a slow tool)',
+      (l: ThreadLog) => l.transcript('r1', 'u1', 'user', 'Hello?'),
+    ],
+    ['a user message', (l: ThreadLog) => l.message('r1', 'm1', 'user', 'Still there?')],
+    [
+      'a steer',
+      (l: ThreadLog) => l.event('r1', 'turn.steered', { turnId: 't1', instruction: 'hurry' }),
+    ],
+  ])('given a running tool, when %s arrives, then it is still listed', (_what, next) => {
+    const state = given(log.runStarted('r1'), log.toolStarted('r1', 'tc1')).when(next(log));
+    expect(state.activeTools.map((t) => t.toolCallId)).toEqual(['tc1']);
+  });
+
+  it("given tools running in two runs, when the assistant of one speaks, then only that run's are cleared", () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.runStarted('r2'),
+      log.toolStarted('r1', 'tc1'),
+      log.toolStarted('r2', 'tc2'),
+    ).when(log.transcript('r1', 'u1', 'assistant', 'Done'));
+    expect(state.activeTools.map((t) => t.toolCallId)).toEqual(['tc2']);
+  });
+
+  it('given a cleared tool, when it finishes later, then the part completes as usual', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.toolStarted('r1', 'tc1'),
+      log.message('r1', 'a1', 'assistant', 'Meanwhile…'),
+    ).when(log.toolFinished('r1', 'tc1'));
+    expect(toolPart(state, 'tc1').state).toBe('output-available');
+    expect(state.activeTools).toEqual([]);
+  });
+});
+
+describe('status, title and runs', () => {
+  it('given a started run with nothing in progress, then the thread is idle', () => {
+    expect(given().when(log.runStarted('r1')).status).toBe('idle');
+  });
+
+  it('given a run, when a turn starts, then the thread runs; when the turn finishes, it is idle', () => {
+    const running = given(log.runStarted('r1')).when(log.turnStarted('r1', 't1'));
+    expect(running.status).toBe('running');
+    expect(running.runs[0].activeTurnId).toBe('t1');
+    const idle = given(log.runStarted('r1'), log.turnStarted('r1', 't1')).when(
+      log.turnFinished('r1', 't1'),
+    );
+    expect(idle.status).toBe('idle');
+    expect(idle.runs[0].activeTurnId).toBeNull();
+  });
+
+  it('given an active turn, when another turn id finishes, then the active turn stays', () => {
+    const state = given(log.runStarted('r1'), log.turnStarted('r1', 't2')).when(
+      log.turnFinished('r1', 't1'),
+    );
+    expect(state.runs[0].activeTurnId).toBe('t2');
+    expect(state.status).toBe('running');
+  });
+
+  it('given an active turn, when a pending approval arrives, then blocked wins over running', () => {
+    const state = given(log.runStarted('r1'), log.turnStarted('r1', 't1')).when(
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+    );
+    expect(state.status).toBe('blocked');
+  });
+
+  it('given two runs, when one ends, then the thread is not finished; when both end, it is', () => {
+    const history = [log.runStarted('r1'), log.runStarted('r2'), log.runFinished('r1')];
+    expect(given(...history).when().status).toBe('idle');
+    expect(given(...history).when(log.runFinished('r2', 'failed')).status).toBe('finished');
+  });
+
+  it('takes the title from the first run.started with a title', () => {
+    const state = given(
+      log.runStarted('r0'),
+      log.runStarted('r1', { title: '   ' }),
+      log.runStarted('r2', { title: 'Refund for order 1042' }),
+    ).when(log.runStarted('r3', { title: 'Something later' }));
+    expect(state.title).toBe('Refund for order 1042');
+  });
+
+  it('summarises each run', () => {
+    const start = log.runStarted('r1', { agent: 'voice-bot', source: 'voice' });
+    const end = log.runFinished('r1', 'completed');
+    const state = given(start).when(end);
+    expect(state.runs).toEqual([
+      {
+        runId: 'r1',
+        status: 'completed',
+        agent: 'voice-bot',
+        source: 'voice',
+        startedAt: start.recordedAt,
+        activeTurnId: null,
+        finishedAt: end.recordedAt,
+      },
+    ]);
+  });
+
+  it('given an active turn, when it is steered, then only the activity and position move', () => {
+    const history = [log.runStarted('r1'), log.turnStarted('r1', 't1')];
+    const before = given(...history).when();
+    const steer = log.event('r1', 'turn.steered', {
+      turnId: 't1',
+      instruction: 'Ask for the order number',
+    });
+    const after = given(...history).when(steer);
+    expect(after).toEqual({
+      ...before,
+      position: steer.position,
+      lastActivityAt: steer.recordedAt,
+    });
+  });
+
+  it('takes position and lastActivityAt from the last event', () => {
+    const started = log.runStarted('r1');
+    const last = log.message('r1', 'm1', 'user', 'hi');
+    const state = given(started).when(last);
+    expect([state.position, state.lastActivityAt]).toEqual([
+      last.position,
+      recordedAt(last.position),
+    ]);
+  });
+});
+
+describe('the fold contract', () => {
+  it('evolveThread leaves its input untouched and answers what applyToThread makes', () => {
+    const history = [log.runStarted('r1'), log.toolStarted('r1', 'tc1')];
+    const before = given(...history).when();
+    const event = log.toolFinished('r1', 'tc1');
+    const frozen = deepFreeze(structuredClone(before));
+    const next = evolveThread(frozen, deepFreeze(structuredClone(event)));
+    expect(frozen).toEqual(before);
+    applyToThread(before, event);
+    expect(next).toEqual(before);
+  });
+
+  it('leaves out an event of a type it does not know, position included', () => {
+    const state = given(log.runStarted('r1')).when();
+    const unknown: ProjectedEvent = {
+      ...log.message('r1', 'm1', 'user', 'x'),
+      type: 'something.new',
+    };
+    const after = evolveThread(state, unknown);
+    expect(after).toEqual(state);
+    const prototypeKey: ProjectedEvent = { ...unknown, type: 'constructor' };
+    expect(evolveThread(state, prototypeKey)).toEqual(state);
+  });
+
+  it('skips an event below the position already folded (a redelivery)', () => {
+    const old = log.message('r1', 'm1', 'user', 'old');
+    const state = given(log.runStarted('r1'), log.message('r1', 'm2', 'user', 'new')).when();
+    expect(evolveThread(state, old)).toEqual(state);
+  });
+
+  it('refuses, loudly, an event stamped for another thread or tenant', () => {
+    const state = emptyThread(TENANT, THREAD);
+    const foreign = new ThreadLog('tenant-2', THREAD).runStarted('r1');
+    expect(() => applyToThread(state, foreign)).toThrow(/thread thread-1 of tenant tenant-2/);
+    const otherThread = new ThreadLog(TENANT, 'thread-2').runStarted('r1');
+    expect(() => applyToThread(state, otherThread)).toThrow(/not to thread thread-1/);
+    expect(state).toEqual(emptyThread(TENANT, THREAD));
+  });
+
+  it('threadOf reads tenant and thread from the metadata, and answers null without them', () => {
+    const event = log.runStarted('r1');
+    expect(threadOf(event)).toEqual({ tenantId: TENANT, threadId: THREAD });
+    expect(threadOf({ ...event, metadata: { tenantId: TENANT } })).toBeNull();
+    expect(threadOf({ ...event, metadata: { threadId: THREAD, tenantId: 7 } })).toBeNull();
+  });
+
+  it('threadSummary and threadView show what the list and the view need', () => {
+    const state = given(
+      log.runStarted('r1', { title: 'Refund' }),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+    ).when();
+    expect(threadSummary(state)).toEqual({
+      threadId: THREAD,
+      title: 'Refund',
+      status: 'blocked',
+      lastActivityAt: state.lastActivityAt,
+      pendingApprovalCount: 1,
+      position: state.position,
+    });
+    expect(Object.keys(threadView(state)).sort()).toEqual([
+      'activeTools',
+      'messages',
+      'pendingApprovals',
+      'position',
+      'runs',
+      'status',
+      'threadId',
+      'title',
+    ]);
+  });
+
+  it('given a state read back from JSON mid-stream, when folding goes on, then it ends where the live state ends', () => {
+    const first = [
+      log.runStarted('r1'),
+      log.toolStarted('r1', 'tc1'),
+      log.approvalRequested('r1', 'ap1', 'tc2'),
+    ];
+    const second = [
+      log.toolFinished('r1', 'tc1'),
+      log.approvalResolved('r1', 'ap1', 'allow'),
+      log.message('r1', 'tool-msg-tc1', 'assistant', 'same id as the tool message'),
+      log.runFinished('r1', 'cancelled'),
+    ];
+    const live = given(...first).when(...second);
+    const stored = JSON.parse(JSON.stringify(given(...first).when())) as ThreadState;
+    for (const event of second) applyToThread(stored, event);
+    expect(JSON.stringify(stored)).toBe(JSON.stringify(live));
+  });
+
+  it('given a state whose arrays were replaced by its owner, then the fold rebuilds its lookups', () => {
+    const state = given(log.runStarted('r1'), log.toolStarted('r1', 'tc1')).when();
+    state.messages = structuredClone(state.messages);
+    state.runs = structuredClone(state.runs);
+    applyToThread(state, log.toolFinished('r1', 'tc1'));
+    expect(toolParts(state)).toHaveLength(1);
+    expect(toolPart(state, 'tc1').state).toBe('output-available');
+  });
+});
+
+describe('drift: every catalogue type is handled or ignored on purpose', () => {
+  it('the table names every EventType, and nothing else', () => {
+    expect(Object.keys(THREAD_EVENT_HANDLING).sort()).toEqual([...EVENT_TYPES].sort());
+    for (const type of EVENT_TYPES) {
+      expect(['folded', 'ignored']).toContain(THREAD_EVENT_HANDLING[type]);
+    }
+    expect(EVENT_TYPES.filter((type) => THREAD_EVENT_HANDLING[type] === 'ignored').sort()).toEqual([
+      'append.rejected',
+      'model.call',
+      'turn.steered',
+    ]);
+  });
+
+  it.each(EVENT_TYPES.map((type) => [type]))(
+    'folds the catalogue example of %s as its table entry says',
+    (type) => {
+      // A history in which each example has something to change: another active turn, the
+      // tool the example approval names running, the example's approval pending on another.
+      const history = [
+        log.runStarted('r1'),
+        log.turnStarted('r1', 'turn-0'),
+        log.toolStarted('r1', 'tc-2'),
+        log.approvalRequested('r1', 'appr-1', 'tc-3'),
+      ];
+      const before = given(...history).when();
+      const event = log.event('r1', type, structuredClone(EVENT_DATA_EXAMPLES[type]) as never);
+      const after = given(...history).when(event);
+      expect(after.position).toBe(event.position);
+      expect(after.lastActivityAt).toBe(event.recordedAt);
+      const moved = { ...before, position: event.position, lastActivityAt: event.recordedAt };
+      if (THREAD_EVENT_HANDLING[type] === 'ignored') expect(after).toEqual(moved);
+      else expect(after).not.toEqual(moved);
+    },
+  );
+});

@@ -1,0 +1,86 @@
+/**
+ * The voice seed (BACKGROUND.md §1): the last spoken and typed turns of a thread, replayed
+ * into a new voice call so it picks up where the thread is. Words only, read through the
+ * one decoder; tool rows and tool outputs are never replayed as speech.
+ */
+import { messageText } from './message-text';
+import type { ThreadState } from './thread-state';
+
+export const VOICE_SEED_MAX_TURNS = 20;
+export const VOICE_SEED_MAX_TOKENS = 4000;
+/** The estimate the budget is counted in: one token per four characters, rounded up. */
+export const CHARS_PER_TOKEN = 4;
+/** Starts a turn that was cut to fit the budget, so the model knows it hears the end only. */
+export const CUT_TURN_MARKER = '…';
+
+export interface VoiceSeedTurn {
+  role: 'user' | 'assistant';
+  text: string;
+}
+
+export interface VoiceSeed {
+  /** Oldest first. */
+  turns: VoiceSeedTurn[];
+  /** The sum of the turns' estimates (each turn is estimated on its own). */
+  tokenEstimate: number;
+}
+
+export interface VoiceSeedOptions {
+  maxTurns?: number;
+  maxTokens?: number;
+}
+
+/** ceil(chars / 4), chars counted as UTF-16 code units (JavaScript string length). */
+export function estimateTokens(text: string): number {
+  return Math.ceil(text.length / CHARS_PER_TOKEN);
+}
+
+/**
+ * The newest user and assistant turns (typed messages and transcripts) that fit, oldest
+ * first: at most `maxTurns` turns and `maxTokens` tokens, the estimate taken per turn and
+ * summed. A message with no words (a tool row, blank text) is not a turn; system messages
+ * are not turns. The turns are contiguous: the walk back stops at the first that does not
+ * fit. When the newest turn alone is over the budget it is kept cut to its last characters,
+ * after a leading '…', so the call still hears what was said last.
+ */
+export function voiceSeed(state: ThreadState, options: VoiceSeedOptions = {}): VoiceSeed {
+  const maxTurns = options.maxTurns ?? VOICE_SEED_MAX_TURNS;
+  const maxTokens = options.maxTokens ?? VOICE_SEED_MAX_TOKENS;
+  const turns: VoiceSeedTurn[] = [];
+  let tokenEstimate = 0;
+  for (let m = state.messages.length - 1; m >= 0 && turns.length < maxTurns; m -= 1) {
+    const message = state.messages[m];
+    if (message.role !== 'user' && message.role !== 'assistant') continue;
+    const text = messageText(message);
+    if (text.trim() === '') continue;
+    const tokens = estimateTokens(text);
+    if (tokenEstimate + tokens <= maxTokens) {
+      turns.push({ role: message.role, text });
+      tokenEstimate += tokens;
+      continue;
+    }
+    if (turns.length === 0) {
+      const cut = lastCharacters(text, maxTokens * CHARS_PER_TOKEN - CUT_TURN_MARKER.length);
+      if (cut !== '') {
+        const kept = `${CUT_TURN_MARKER}${cut}`;
+        turns.push({ role: message.role, text: kept });
+        tokenEstimate += estimateTokens(kept);
+      }
+    }
+    break;
+  }
+  turns.reverse();
+  return { turns, tokenEstimate };
+}
+
+/** The last `count` UTF-16 units of `text`, never starting inside a surrogate pair. */
+function lastCharacters(text: string, count: number): string {
+  if (count <= 0) return '';
+  let start = text.length - count;
+  if (start > 0 && isLowSurrogate(text.charCodeAt(start))) start += 1;
+  return text.slice(Math.max(start, 0));
+}
+
+function isLowSurrogate(code: number): boolean {
+  return code >= 0xdc00 && code <= 0xdfff;
+}

@@ -1,0 +1,108 @@
+/**
+ * A tool's result as a voice model is told it (BACKGROUND.md §1): the whole result up to a
+ * ceiling sized to the session, and a result cut above it says so, with a hint that leads
+ * with the general remedy (ask for less) before the specific one (ask for the rest).
+ */
+import { isToolPart } from './message-text';
+import type { ThreadState, ToolPart, ToolPartState } from './thread-state';
+
+export const VOICE_TOOL_RESULT_MAX_CHARS = 12_000;
+
+export interface VoiceToolResult {
+  toolCallId: string;
+  toolName: string;
+  state: ToolPartState;
+  /** The result as text, cut to the ceiling with the continuation hint appended. */
+  text: string;
+  truncated: boolean;
+  /** Length of the whole result text before any cut. */
+  totalChars: number;
+}
+
+export interface VoiceToolResultOptions {
+  /** The run of the call, when the caller knows it (call ids are unique within a run). */
+  runId?: string;
+  maxChars?: number;
+}
+
+/**
+ * The thread's tool call `toolCallId` (the latest one with that id, unless `runId` names
+ * the run) as text, or null when the thread has no such call:
+ * - output-available: a string output as it is, any other output as indented JSON;
+ * - output-error: its errorText;
+ * - output-denied: that it was denied, with the reason when there is one;
+ * - not finished yet (input-available, approval-requested, approval-responded): '' (the
+ *   state says why).
+ */
+export function toolResultForVoice(
+  state: ThreadState,
+  toolCallId: string,
+  options: VoiceToolResultOptions = {},
+): VoiceToolResult | null {
+  const part = findToolPart(state, toolCallId, options.runId);
+  if (part === null) return null;
+  const whole = resultText(part);
+  const maxChars = options.maxChars ?? VOICE_TOOL_RESULT_MAX_CHARS;
+  const base = {
+    toolCallId,
+    toolName: part.type.slice('tool-'.length),
+    state: part.state,
+    totalChars: whole.length,
+  };
+  if (whole.length <= maxChars) return { ...base, text: whole, truncated: false };
+  const cutAt = safeCut(whole, maxChars);
+  return {
+    ...base,
+    text: `${whole.slice(0, cutAt)}\n${continuationHint(cutAt, whole.length)}`,
+    truncated: true,
+  };
+}
+
+/** The hint a cut result ends with: the general remedy first, then the specific one. */
+export function continuationHint(cutAt: number, totalChars: number): string {
+  return (
+    `[Result cut at ${grouped(cutAt)} of ${grouped(totalChars)} characters. ` +
+    `Ask again for less: a narrower query or filter. ` +
+    `Or ask for the rest, starting at character ${grouped(cutAt)}.]`
+  );
+}
+
+function resultText(part: ToolPart): string {
+  switch (part.state) {
+    case 'output-available':
+      if (typeof part.output === 'string') return part.output;
+      return JSON.stringify(part.output === undefined ? null : part.output, null, 2);
+    case 'output-error':
+      return part.errorText ?? '';
+    case 'output-denied':
+      return part.approval?.reason === undefined
+        ? 'The call was denied.'
+        : `The call was denied: ${part.approval.reason}`;
+    default:
+      return '';
+  }
+}
+
+/** Newest first: a query, not a fold, so a scan from the end is the cheapest. */
+function findToolPart(state: ThreadState, toolCallId: string, runId?: string): ToolPart | null {
+  for (let m = state.messages.length - 1; m >= 0; m -= 1) {
+    const message = state.messages[m];
+    if (runId !== undefined && (message.metadata?.runId ?? '') !== runId) continue;
+    for (let p = message.parts.length - 1; p >= 0; p -= 1) {
+      const part = message.parts[p];
+      if (isToolPart(part) && part.toolCallId === toolCallId) return part;
+    }
+  }
+  return null;
+}
+
+/** `maxChars`, or one less when that would split a surrogate pair. */
+function safeCut(text: string, maxChars: number): number {
+  const code = text.charCodeAt(maxChars - 1);
+  return code >= 0xd800 && code <= 0xdbff ? maxChars - 1 : maxChars;
+}
+
+/** 12000 → "12,000", the same on every machine (no locale). */
+function grouped(value: number): string {
+  return String(value).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+}

@@ -1,0 +1,132 @@
+/**
+ * A tool result quoted to a voice model (BACKGROUND.md §1): whole up to 12,000 characters;
+ * above that, cut, and the cut says so with a hint that leads with "Ask again for less".
+ */
+import { given, takeFolded, ThreadLog } from './testing/thread-events';
+import { uiMessageProblems } from './testing/ui-messages';
+import {
+  continuationHint,
+  toolResultForVoice,
+  VOICE_TOOL_RESULT_MAX_CHARS,
+} from './voice-tool-result';
+
+let log: ThreadLog;
+
+beforeEach(() => {
+  log = new ThreadLog();
+});
+
+afterEach(async () => {
+  for (const state of takeFolded()) {
+    expect(await uiMessageProblems(state.messages)).toBeNull();
+  }
+});
+
+function finishedWith(output: unknown) {
+  return given(log.runStarted('r1'), log.toolStarted('r1', 'tc1', 'search')).when(
+    log.toolFinished('r1', 'tc1', { toolName: 'search', output }),
+  );
+}
+
+describe('toolResultForVoice', () => {
+  it('given a string output, then it is the text as it is', () => {
+    expect(toolResultForVoice(finishedWith('{"looks":"like json"}'), 'tc1')).toEqual({
+      toolCallId: 'tc1',
+      toolName: 'search',
+      state: 'output-available',
+      text: '{"looks":"like json"}',
+      truncated: false,
+      totalChars: 21,
+    });
+  });
+
+  it('given other JSON output, then it is indented JSON', () => {
+    const result = toolResultForVoice(finishedWith({ hits: [1, 2] }), 'tc1');
+    expect(result?.text).toBe(JSON.stringify({ hits: [1, 2] }, null, 2));
+  });
+
+  it('given a failed call, then it is the errorText', () => {
+    const state = given(log.runStarted('r1'), log.toolStarted('r1', 'tc1')).when(
+      log.toolFinished('r1', 'tc1', { failed: true, errorText: 'schema rejected the arguments' }),
+    );
+    expect(toolResultForVoice(state, 'tc1')).toMatchObject({
+      state: 'output-error',
+      text: 'schema rejected the arguments',
+      truncated: false,
+    });
+  });
+
+  it('given a denied call, then it says so; given a running call, then there is no text yet', () => {
+    const denied = given(log.runStarted('r1'), log.approvalRequested('r1', 'ap1', 'tc1')).when(
+      log.approvalResolved('r1', 'ap1', 'deny'),
+    );
+    expect(toolResultForVoice(denied, 'tc1')).toMatchObject({
+      state: 'output-denied',
+      text: 'The call was denied.',
+    });
+    const other = new ThreadLog();
+    const running = given(other.runStarted('r1')).when(other.toolStarted('r1', 'tc1'));
+    expect(toolResultForVoice(running, 'tc1')).toMatchObject({
+      state: 'input-available',
+      text: '',
+    });
+  });
+
+  it('answers null for a call the thread does not have', () => {
+    expect(toolResultForVoice(finishedWith('x'), 'nope')).toBeNull();
+  });
+
+  it(`keeps a result of exactly ${VOICE_TOOL_RESULT_MAX_CHARS} characters whole`, () => {
+    const result = toolResultForVoice(finishedWith('a'.repeat(12_000)), 'tc1');
+    expect(result).toMatchObject({ truncated: false, totalChars: 12_000 });
+    expect(result?.text).toHaveLength(12_000);
+  });
+
+  it('cuts a longer result at 12,000 characters with a hint that leads with the general remedy', () => {
+    const output = 'a'.repeat(12_000) + 'b'.repeat(3_456);
+    const result = toolResultForVoice(finishedWith(output), 'tc1');
+    expect(result).toMatchObject({ truncated: true, totalChars: 15_456 });
+    const text = result?.text ?? '';
+    expect(text.startsWith('a'.repeat(12_000) + '\n')).toBe(true);
+    expect(text).not.toContain('b');
+    const hint = text.slice(12_001);
+    expect(hint).toBe(
+      '[Result cut at 12,000 of 15,456 characters. Ask again for less: a narrower query or filter. ' +
+        'Or ask for the rest, starting at character 12,000.]',
+    );
+    expect(hint.indexOf('Ask again for less')).toBeLessThan(hint.indexOf('ask for the rest'));
+  });
+
+  it('cuts JSON output measured as the indented text the model would read', () => {
+    const output = { rows: Array.from({ length: 2_000 }, (_, i) => ({ id: i })) };
+    const whole = JSON.stringify(output, null, 2);
+    const result = toolResultForVoice(finishedWith(output), 'tc1');
+    expect(result?.totalChars).toBe(whole.length);
+    expect(result?.text.startsWith(whole.slice(0, 12_000))).toBe(true);
+    expect(result?.text).toContain('Ask again for less');
+  });
+
+  it('never cuts inside a surrogate pair', () => {
+    const output = 'a'.repeat(11_999) + '😀' + 'z'.repeat(100);
+    const result = toolResultForVoice(finishedWith(output), 'tc1');
+    expect(result?.text.startsWith('a'.repeat(11_999) + '\n[Result cut at 11,999 of 12,101')).toBe(
+      true,
+    );
+  });
+
+  it('finds the call of a given run when call ids repeat across runs, else the latest', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.runStarted('r2'),
+      log.toolFinished('r1', 'call_0', { output: 'first run' }),
+      log.toolFinished('r2', 'call_0', { output: 'second run' }),
+    ).when();
+    expect(toolResultForVoice(state, 'call_0')?.text).toBe('second run');
+    expect(toolResultForVoice(state, 'call_0', { runId: 'r1' })?.text).toBe('first run');
+  });
+
+  it('takes its ceiling as an option, sized to the session', () => {
+    const result = toolResultForVoice(finishedWith('abcdef'), 'tc1', { maxChars: 4 });
+    expect(result?.text).toBe(`abcd\n${continuationHint(4, 6)}`);
+  });
+});

@@ -1,0 +1,2 @@
+export * from './projector';
+export * from './read-model.store';

@@ -1,0 +1,187 @@
+/**
+ * Follows the log from the read models' checkpoint and folds every run event into its
+ * thread with the pure folds of libs/domain. Events are taken in batches: each batch's
+ * thread updates and the new checkpoint commit in one transaction, so a crash never leaves
+ * a view ahead of, or behind, its checkpoint.
+ */
+import {
+  RUN_STREAM_PREFIX,
+  applyToThread,
+  emptyThread,
+  threadOf,
+  type ProjectedEvent,
+  type ThreadState,
+} from '@runledger/domain';
+import type { EventStoreReader, RecordedEvent, Subscription } from '@runledger/event-store';
+import type { ReadModelStore } from './read-model.store';
+
+export interface ProjectorObserver {
+  /** After each committed batch: how many events, the new position, the last event's time. */
+  committed(events: number, position: number, lastRecordedAt: string): void;
+  /** A batch that could not be applied; the projector stops and reports it. */
+  failed(error: unknown, position: number): void;
+}
+
+export interface ProjectorOptions {
+  /** Most events folded per transaction. */
+  batchSize?: number;
+  /** Thread states kept parsed between batches (the hot set of a rebuild or of live traffic). */
+  cacheSize?: number;
+}
+
+export class ProjectionBehindError extends Error {
+  constructor(
+    readonly position: number,
+    readonly minPosition: number,
+  ) {
+    super(`the projection is at position ${position}, not yet at ${minPosition}`);
+    this.name = 'ProjectionBehindError';
+  }
+}
+
+export class Projector {
+  private position: number;
+  private subscription: Subscription | null = null;
+  private running: Promise<void> | null = null;
+  private batch: ProjectedEvent[] = [];
+  private flushScheduled = false;
+  private failure: unknown = null;
+  private readonly cache = new Map<string, ThreadState>();
+  private readonly waiters = new Set<{ min: number; resolve: () => void }>();
+  private readonly batchSize: number;
+  private readonly cacheSize: number;
+
+  constructor(
+    private readonly log: EventStoreReader,
+    private readonly readModels: ReadModelStore,
+    private readonly observer: ProjectorObserver,
+    options: ProjectorOptions = {},
+  ) {
+    this.batchSize = options.batchSize ?? 1000;
+    this.cacheSize = options.cacheSize ?? 2000;
+    this.position = readModels.checkpoint();
+  }
+
+  /** Position of the last event folded into the read models. */
+  current(): number {
+    return this.position;
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.subscription = this.log.subscribeToAll({
+      fromPosition: this.position === 0 ? 'start' : this.position,
+      streamPrefix: RUN_STREAM_PREFIX,
+    });
+    this.running = this.follow(this.subscription);
+  }
+
+  async stop(): Promise<void> {
+    await this.subscription?.close();
+    await this.running;
+    this.subscription = null;
+    this.running = null;
+    this.flush();
+  }
+
+  /** Resolves once the projection has passed `minPosition`; rejects after `timeoutMs`. */
+  waitFor(minPosition: number, timeoutMs: number): Promise<void> {
+    if (this.position >= minPosition) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const waiter = {
+        min: minPosition,
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+      };
+      const timer = setTimeout(() => {
+        this.waiters.delete(waiter);
+        reject(new ProjectionBehindError(this.position, minPosition));
+      }, timeoutMs);
+      this.waiters.add(waiter);
+    });
+  }
+
+  private async follow(subscription: Subscription): Promise<void> {
+    try {
+      for await (const event of subscription) {
+        this.batch.push(toProjected(event));
+        if (this.batch.length >= this.batchSize) this.flush();
+        else if (!this.flushScheduled) {
+          // Caught up (the subscription is waiting for new events): commit what we have.
+          this.flushScheduled = true;
+          setImmediate(() => {
+            this.flushScheduled = false;
+            this.flush();
+          });
+        }
+      }
+    } catch (error) {
+      this.failure = error;
+      this.observer.failed(error, this.position);
+    }
+  }
+
+  private flush(): void {
+    if (this.batch.length === 0 || this.failure !== null) return;
+    const batch = this.batch;
+    this.batch = [];
+    const touched = new Map<string, ThreadState>();
+    for (const event of batch) {
+      const owner = threadOf(event);
+      if (!owner) continue;
+      const key = `${owner.tenantId}\u0000${owner.threadId}`;
+      const state = touched.get(key) ?? this.load(key, owner.tenantId, owner.threadId);
+      applyToThread(state, event);
+      touched.set(key, state);
+    }
+    const last = batch[batch.length - 1];
+    try {
+      this.readModels.commit([...touched.values()], last.position);
+    } catch (error) {
+      // Nothing of the batch is committed; the cached states ran ahead of the store.
+      this.cache.clear();
+      this.failure = error;
+      this.observer.failed(error, this.position);
+      void this.subscription?.close();
+      return;
+    }
+    for (const [key, state] of touched) this.remember(key, state);
+    this.position = last.position;
+    this.observer.committed(batch.length, this.position, last.recordedAt);
+    for (const waiter of this.waiters) {
+      if (this.position >= waiter.min) {
+        this.waiters.delete(waiter);
+        waiter.resolve();
+      }
+    }
+  }
+
+  private load(key: string, tenantId: string, threadId: string): ThreadState {
+    return (
+      this.cache.get(key) ??
+      this.readModels.thread(tenantId, threadId) ??
+      emptyThread(tenantId, threadId)
+    );
+  }
+
+  private remember(key: string, state: ThreadState): void {
+    this.cache.delete(key);
+    this.cache.set(key, state);
+    if (this.cache.size > this.cacheSize)
+      this.cache.delete(this.cache.keys().next().value as string);
+  }
+}
+
+export function toProjected(event: RecordedEvent): ProjectedEvent {
+  return {
+    id: event.id,
+    type: event.type,
+    data: event.data as Record<string, unknown>,
+    metadata: event.metadata,
+    revision: event.revision,
+    position: event.position,
+    recordedAt: event.recordedAt,
+  };
+}

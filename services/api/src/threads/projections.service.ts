@@ -1,0 +1,169 @@
+/**
+ * Runs the projector inside the api process (the embedded default) and answers the
+ * read side's operational questions: is it healthy, how far behind is it, has it passed a
+ * position yet. An empty read store is rebuilt from the log at start-up, with progress
+ * logged and exported.
+ */
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import { EVENT_STORE, type EventStore } from '@runledger/event-store';
+import { Metrics } from '@runledger/observability';
+import {
+  ProjectionBehindError,
+  Projector,
+  ReadModelStore,
+  type ProjectorObserver,
+} from '@runledger/projections';
+import { APP_CONFIG, type AppConfig } from '../config/config';
+import { ApiError } from '../http/api-error';
+
+export const READ_MODELS_FILE = 'read-models.db';
+const PROGRESS_LOG_MS = 2000;
+const LAG_REFRESH_MS = 1000;
+
+/** Logs and exports the progress of a rebuild towards the log head it started from. */
+export class RebuildProgress implements ProjectorObserver {
+  private readonly startedAt = Date.now();
+  private lastLog = 0;
+  private done = false;
+
+  constructor(
+    private readonly target: number,
+    private readonly logger: Logger,
+    private readonly metrics: Metrics,
+  ) {
+    metrics.rebuildProgress.set(target > 0 ? 0 : 1);
+    logger.log({ msg: 'rebuilding read models from the log', targetPosition: target });
+  }
+
+  reached(position: number): boolean {
+    return position >= this.target;
+  }
+
+  committed(_events: number, position: number): void {
+    if (this.done) return;
+    this.metrics.rebuildProgress.set(this.target > 0 ? Math.min(1, position / this.target) : 1);
+    const now = Date.now();
+    if (this.reached(position)) {
+      this.done = true;
+      this.logger.log({
+        msg: 'read models rebuilt',
+        position,
+        seconds: (now - this.startedAt) / 1000,
+      });
+    } else if (now - this.lastLog >= PROGRESS_LOG_MS) {
+      this.lastLog = now;
+      this.logger.log({ msg: 'rebuild progress', position, targetPosition: this.target });
+    }
+  }
+
+  failed(error: unknown, position: number): void {
+    this.logger.error({ msg: 'rebuild failed', position, error: String(error) });
+  }
+}
+
+@Injectable()
+export class ProjectionsService
+  implements OnApplicationBootstrap, OnApplicationShutdown, ProjectorObserver
+{
+  readonly readModels: ReadModelStore;
+  private readonly projector: Projector;
+  private readonly logger = new Logger('projector');
+  private rebuild: RebuildProgress | null = null;
+  private failure: unknown = null;
+  private lastRecordedAt: string | null = null;
+  private lagTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    @Inject(EVENT_STORE) private readonly log: EventStore,
+    @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly metrics: Metrics,
+  ) {
+    mkdirSync(config.dataDir, { recursive: true });
+    this.readModels = new ReadModelStore(join(config.dataDir, READ_MODELS_FILE));
+    this.projector = new Projector(log, this.readModels, this);
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    if (this.readModels.isEmpty()) {
+      const head = await this.log.headPosition();
+      if (head > 0) this.rebuild = new RebuildProgress(head, this.logger, this.metrics);
+    }
+    if (!this.rebuild) this.metrics.rebuildProgress.set(1);
+    this.metrics.projectorPosition.set(this.projector.current());
+    this.projector.start();
+    this.lagTimer = setInterval(() => {
+      this.refreshLag().catch((error: unknown) =>
+        this.logger.warn({
+          msg: 'could not read the log head to measure lag',
+          error: String(error),
+        }),
+      );
+    }, LAG_REFRESH_MS).unref();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    if (this.lagTimer) clearInterval(this.lagTimer);
+    await this.projector.stop();
+    this.readModels.close();
+  }
+
+  committed(events: number, position: number, lastRecordedAt: string): void {
+    this.lastRecordedAt = lastRecordedAt;
+    this.metrics.projectedEvents.inc(events);
+    this.metrics.projectorPosition.set(position);
+    this.rebuild?.committed(events, position);
+    if (this.rebuild?.reached(position)) this.rebuild = null;
+  }
+
+  failed(error: unknown, position: number): void {
+    this.failure = error;
+    this.logger.error({
+      msg: 'the projector stopped: a batch could not be applied',
+      position,
+      error: error instanceof Error ? error.stack : String(error),
+    });
+  }
+
+  /** Null when healthy, else why the read side cannot be trusted to catch up. */
+  problem(): string | null {
+    return this.failure === null ? null : `projector stopped: ${String(this.failure)}`;
+  }
+
+  position(): number {
+    return this.projector.current();
+  }
+
+  /** Read-your-writes: waits up to READ_WAIT_MS for the projection to pass `minPosition`. */
+  async waitFor(minPosition: number | undefined): Promise<void> {
+    if (minPosition === undefined) return;
+    try {
+      await this.projector.waitFor(minPosition, this.config.readWaitMs);
+    } catch (error) {
+      if (!(error instanceof ProjectionBehindError)) throw error;
+      throw new ApiError(
+        503,
+        'projection_behind',
+        `the projection has not reached position ${minPosition} within ${this.config.readWaitMs} ms; retry`,
+        undefined,
+        { position: error.position, minPosition },
+      );
+    }
+  }
+
+  private async refreshLag(): Promise<void> {
+    const head = await this.log.headPosition();
+    const position = this.projector.current();
+    const behind = Math.max(0, head - position);
+    this.metrics.projectorLagEvents.set(behind);
+    const age = this.lastRecordedAt ? (Date.now() - Date.parse(this.lastRecordedAt)) / 1000 : 0;
+    this.metrics.projectorLagSeconds.set(behind > 0 ? Math.max(0, age) : 0);
+  }
+}

@@ -1,0 +1,104 @@
+import { Controller, Get, Param, Query } from '@nestjs/common';
+import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import type { ThreadStatus } from '@runledger/domain';
+import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
+import type { Principal } from '../auth/principal';
+import { ApiError } from '../http/api-error';
+import { queryInt } from '../runs/runs.controller';
+import { THREAD_STATUSES, ThreadsService } from './threads.service';
+
+const MIN_POSITION_DOC =
+  "Every query accepts `?minPosition=` (an append's `position`): it waits up to READ_WAIT_MS for the " +
+  "projection to pass it, else answers 503 `projection_behind` with the projection's `position`.";
+
+function minPosition(raw: string | undefined): number | undefined {
+  return raw === undefined
+    ? undefined
+    : queryInt('minPosition', raw, 0, 0, Number.MAX_SAFE_INTEGER);
+}
+
+@ApiTags('threads')
+@ApiBearerAuth()
+@Controller('v1/threads')
+export class ThreadsController {
+  constructor(private readonly threads: ThreadsService) {}
+
+  @Get()
+  @RequireScope('read')
+  @ApiOperation({
+    summary:
+      'List threads, newest activity first (`?status=running|blocked|idle|finished&limit=&cursor=`)',
+    description: MIN_POSITION_DOC,
+  })
+  list(
+    @CurrentPrincipal() principal: Principal,
+    @Query('status') status?: string,
+    @Query('limit') limit?: string,
+    @Query('cursor') cursor?: string,
+    @Query('minPosition') min?: string,
+  ) {
+    if (status !== undefined && !(THREAD_STATUSES as readonly string[]).includes(status)) {
+      const rule = `status must be one of ${THREAD_STATUSES.join(', ')}`;
+      throw new ApiError(400, 'validation_failed', rule, [
+        { field: 'status', rule: 'isIn', message: rule },
+      ]);
+    }
+    return this.threads.list(principal.tenantId, {
+      status: status as ThreadStatus | undefined,
+      limit: queryInt('limit', limit, 20, 1, 100),
+      cursor,
+      minPosition: minPosition(min),
+    });
+  }
+
+  @Get(':threadId')
+  @RequireScope('read')
+  @ApiOperation({
+    summary:
+      'A thread: title, status, runs, AI SDK UIMessages with tool parts, pending approvals, active tools',
+    description: MIN_POSITION_DOC,
+  })
+  view(
+    @CurrentPrincipal() principal: Principal,
+    @Param('threadId') threadId: string,
+    @Query('minPosition') min?: string,
+  ) {
+    return this.threads.view(principal.tenantId, threadId, minPosition(min));
+  }
+
+  @Get(':threadId/voice-seed')
+  @RequireScope('read')
+  @ApiOperation({
+    summary: 'The last spoken and typed turns, oldest first: at most 20 turns and 4,000 tokens',
+    description: MIN_POSITION_DOC,
+  })
+  voiceSeed(
+    @CurrentPrincipal() principal: Principal,
+    @Param('threadId') threadId: string,
+    @Query('minPosition') min?: string,
+  ) {
+    return this.threads.voiceSeed(principal.tenantId, threadId, minPosition(min));
+  }
+
+  @Get(':threadId/tool-results/:toolCallId')
+  @RequireScope('read')
+  @ApiOperation({
+    summary:
+      "A tool's output as text for a voice model (`?for=voice`), cut above 12,000 characters with a hint",
+    description: MIN_POSITION_DOC,
+  })
+  toolResult(
+    @CurrentPrincipal() principal: Principal,
+    @Param('threadId') threadId: string,
+    @Param('toolCallId') toolCallId: string,
+    @Query('for') audience?: string,
+    @Query('minPosition') min?: string,
+  ) {
+    if (audience !== undefined && audience !== 'voice') {
+      throw new ApiError(400, 'validation_failed', 'for must be voice', [
+        { field: 'for', rule: 'isIn', message: 'for must be voice' },
+      ]);
+    }
+    return this.threads.toolResult(principal.tenantId, threadId, toolCallId, minPosition(min));
+  }
+}

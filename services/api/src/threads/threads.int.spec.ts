@@ -1,0 +1,224 @@
+import { randomUUID } from 'node:crypto';
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { validateUIMessages } from 'ai';
+import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
+import { READ_MODELS_FILE } from './projections.service';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp({ READ_WAIT_MS: '300' });
+});
+afterAll(async () => {
+  await t.close();
+});
+
+function append(runId: string, events: object[], app = t) {
+  return app.http().post(`/v1/runs/${runId}/events`).set(app.auth()).send({ events });
+}
+
+async function startRun(threadId: string, app = t, title = `Thread ${threadId}`) {
+  const runId = `run-${randomUUID()}`;
+  const res = await append(
+    runId,
+    [{ type: 'run.started', data: { threadId, agent: 'coder', source: 'typed', title } }],
+    app,
+  );
+  expect(res.status).toBe(201);
+  return { runId, position: res.body.position as number };
+}
+
+const say = (role: 'user' | 'assistant', text: string) => ({
+  type: 'message.added',
+  data: { messageId: randomUUID(), role, text },
+});
+
+describe('GET /v1/threads/:threadId', () => {
+  it('sees an append at once with ?minPosition, as AI SDK UIMessages', async () => {
+    const threadId = `t-${randomUUID()}`;
+    const { runId } = await startRun(threadId);
+    const res = await append(runId, [
+      say('user', 'list the files'),
+      { type: 'tool.started', data: { toolCallId: 'c1', toolName: 'ls', input: { path: '.' } } },
+      { type: 'tool.finished', data: { toolCallId: 'c1', failed: false, output: ['a.ts'] } },
+      say('assistant', 'There is one file: a.ts'),
+    ]);
+    const view = await t
+      .http()
+      .get(`/v1/threads/${threadId}?minPosition=${res.body.position}`)
+      .set(t.auth());
+    expect(view.status).toBe(200);
+    expect(view.body).toMatchObject({
+      threadId,
+      title: `Thread ${threadId}`,
+      position: res.body.position,
+      pendingApprovals: [],
+      activeTools: [],
+    });
+    expect(view.body.runs).toEqual([expect.objectContaining({ runId })]);
+    const parts = (view.body.messages as { parts: { type: string; state?: string }[] }[]).flatMap(
+      (m) => m.parts,
+    );
+    expect(parts).toContainEqual(
+      expect.objectContaining({
+        type: 'tool-ls',
+        toolCallId: 'c1',
+        state: 'output-available',
+        output: ['a.ts'],
+      }),
+    );
+    await expect(validateUIMessages({ messages: view.body.messages })).resolves.toBeDefined();
+  });
+
+  it("answers another tenant's thread with 404", async () => {
+    const threadId = `t-${randomUUID()}`;
+    const { position } = await startRun(threadId);
+    const res = await t
+      .http()
+      .get(`/v1/threads/${threadId}?minPosition=${position}`)
+      .set(t.auth(KEYS.tenantB));
+    expect(res.status).toBe(404);
+    expect(res.body.error).toBe('thread_not_found');
+    for (const path of ['voice-seed', 'tool-results/c1?for=voice']) {
+      const other = await t.http().get(`/v1/threads/${threadId}/${path}`).set(t.auth(KEYS.tenantB));
+      expect(other.status).toBe(404);
+    }
+  });
+
+  it('answers 503 with the projection position when it cannot reach minPosition in time', async () => {
+    const { position } = await startRun(`t-${randomUUID()}`);
+    const res = await t
+      .http()
+      .get(`/v1/threads?minPosition=${position + 1_000_000}`)
+      .set(t.auth());
+    expect(res.status).toBe(503);
+    expect(res.body).toMatchObject({
+      error: 'projection_behind',
+      minPosition: position + 1_000_000,
+    });
+    expect(res.body.position).toBeGreaterThanOrEqual(position);
+  });
+});
+
+describe('GET /v1/threads', () => {
+  it('lists newest activity first with stable cursor pagination and a status filter', async () => {
+    const prefix = `page-${randomUUID().slice(0, 8)}`;
+    let last = 0;
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i += 1) {
+      const threadId = `${prefix}-${i}`;
+      ids.push(threadId);
+      last = (await startRun(threadId)).position;
+    }
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const query: string = `limit=2&minPosition=${last}${cursor ? `&cursor=${cursor}` : ''}`;
+      const page = await t.http().get(`/v1/threads?${query}`).set(t.auth());
+      expect(page.status).toBe(200);
+      seen.push(...(page.body.threads as { threadId: string }[]).map((x) => x.threadId));
+      cursor = page.body.nextCursor;
+    } while (cursor);
+    const mine = seen.filter((id) => id.startsWith(prefix));
+    expect(mine).toEqual([...ids].reverse());
+    expect(new Set(seen).size).toBe(seen.length);
+
+    const idle = await t.http().get('/v1/threads?status=idle&limit=100').set(t.auth());
+    expect((idle.body.threads as { status: string }[]).every((x) => x.status === 'idle')).toBe(
+      true,
+    );
+    const other = await t.http().get('/v1/threads?limit=100').set(t.auth(KEYS.tenantB));
+    expect(
+      (other.body.threads as { threadId: string }[]).some((x) => x.threadId.startsWith(prefix)),
+    ).toBe(false);
+    expect((await t.http().get('/v1/threads?status=asleep').set(t.auth())).status).toBe(400);
+    expect((await t.http().get('/v1/threads?cursor=nonsense').set(t.auth())).status).toBe(400);
+  });
+});
+
+describe('voice', () => {
+  it('seeds a call with the last spoken and typed turns, and quotes tool results cut with a hint', async () => {
+    const threadId = `t-${randomUUID()}`;
+    const { runId } = await startRun(threadId);
+    const res = await append(runId, [
+      say('user', 'what is in the log?'),
+      { type: 'tool.started', data: { toolCallId: 'big', toolName: 'read_log', input: {} } },
+      {
+        type: 'tool.finished',
+        data: { toolCallId: 'big', failed: false, output: 'x'.repeat(20_000) },
+      },
+      {
+        type: 'transcript.added',
+        data: { utteranceId: 'u1', role: 'assistant', text: '{"looks":"like json"}' },
+      },
+    ]);
+    const seed = await t
+      .http()
+      .get(`/v1/threads/${threadId}/voice-seed?minPosition=${res.body.position}`)
+      .set(t.auth());
+    expect(seed.status).toBe(200);
+    expect(seed.body.turns).toEqual([
+      { role: 'user', text: 'what is in the log?' },
+      { role: 'assistant', text: '{"looks":"like json"}' },
+    ]);
+    expect(seed.body.tokenEstimate).toBeGreaterThan(0);
+    const tool = await t
+      .http()
+      .get(`/v1/threads/${threadId}/tool-results/big?for=voice`)
+      .set(t.auth());
+    expect(tool.status).toBe(200);
+    expect(tool.body).toMatchObject({ toolCallId: 'big', truncated: true, totalChars: 20_000 });
+    expect(tool.body.text).toMatch(/ask again for less/i);
+    expect(
+      (await t.http().get(`/v1/threads/${threadId}/tool-results/nope`).set(t.auth())).status,
+    ).toBe(404);
+  });
+});
+
+describe('rebuild', () => {
+  it('rebuilds an empty read store from the log at start-up, equal to the live view', async () => {
+    const first = await startTestApp();
+    const threadId = `t-${randomUUID()}`;
+    const { runId } = await startRun(threadId, first);
+    const res = await append(
+      runId,
+      [
+        say('user', 'deploy it'),
+        {
+          type: 'tool.started',
+          data: { toolCallId: 'd1', toolName: 'deploy', input: { env: 'prod' } },
+        },
+        {
+          type: 'approval.requested',
+          data: { approvalId: 'a1', toolCallId: 'd1', toolName: 'deploy', input: { env: 'prod' } },
+        },
+      ],
+      first,
+    );
+    const live = await first
+      .http()
+      .get(`/v1/threads/${threadId}?minPosition=${res.body.position}`)
+      .set(first.auth());
+    expect(live.body.status).toBe('blocked');
+    const dataDir = first.config.dataDir;
+    await first.app.close();
+    for (const suffix of ['', '-wal', '-shm'])
+      rmSync(join(dataDir, `${READ_MODELS_FILE}${suffix}`), { force: true });
+
+    const second = await startTestApp({ DATA_DIR: dataDir });
+    try {
+      const rebuilt = await second
+        .http()
+        .get(`/v1/threads/${threadId}?minPosition=${res.body.position}`)
+        .set(second.auth());
+      expect(rebuilt.body).toEqual(live.body);
+      const metrics = await second.http().get('/metrics');
+      expect(metrics.text).toMatch(/runledger_projector_position [1-9]/);
+      expect(metrics.text).toContain('runledger_projector_lag_events');
+      expect(metrics.text).toContain('runledger_rebuild_progress_ratio 1');
+    } finally {
+      await second.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
