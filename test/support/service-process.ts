@@ -21,6 +21,14 @@ const SERVICE_VARIABLES = [
   'EVENTSTORE_URL',
   'SQLITE_SYNCHRONOUS',
   'BODY_MAX_BYTES',
+  'EVENT_MAX_BYTES',
+  'READ_WAIT_MS',
+  'POLICY_FILE',
+  'RECEIPT_SECRET',
+  'RECEIPT_TTL_S',
+  'RATE_LIMIT_WINDOW_MS',
+  'RATE_LIMIT_CALLS',
+  'RATE_LIMIT_COSTLY',
   'MAX_EVENTS_PER_APPEND',
   'LOG_LEVEL',
 ];
@@ -246,6 +254,9 @@ export async function startService(options: StartOptions): Promise<RunningServic
       DATA_DIR: options.dataDir,
       RUNLEDGER_API_KEYS: options.apiKeys,
       LOG_LEVEL: 'warn',
+      // These tests are about durability and start-up, not budgets: one key starts many runs.
+      RATE_LIMIT_CALLS: '100000',
+      RATE_LIMIT_COSTLY: '100000',
       ...options.env,
     });
     try {

@@ -312,6 +312,11 @@ export class ApprovalResolvedData extends EventData {
   @IsOptional()
   @IsBoolean()
   downgraded?: boolean;
+
+  /** SHA-256 of the policy file the decision was evaluated against. */
+  @IsOptional()
+  @IsString()
+  policyRevision?: string;
 }
 
 export class AppendRejectedData extends EventData {

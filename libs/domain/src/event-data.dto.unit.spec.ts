@@ -160,6 +160,7 @@ const FIELDS: FieldTable = {
     receipt: { required: true, refused: [42, null, {}, ''] },
     decidedBy: text(false),
     downgraded: { required: false, refused: ['false', 0] },
+    policyRevision: text(false),
   },
   'append.rejected': {
     truncation: TRUNCATION,

@@ -6,3 +6,6 @@ export * from './hash-chain';
 export * from './run-rules';
 export * from './size-gate';
 export * from './projections';
+export * from './policy';
+export * from './receipts';
+export * from './run-commands';

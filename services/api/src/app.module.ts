@@ -11,9 +11,13 @@ import { ApiKeyTable } from './auth/api-keys';
 import { APP_CONFIG, type ApiKey, type AppConfig } from './config/config';
 import { HealthController } from './health/health.controller';
 import { ErrorFilter } from './http/error.filter';
+import { RATE_LIMIT_PROVIDERS } from './limits/rate-limit.guard';
 import { BodyRejections } from './runs/body-rejections';
 import { RunLogService } from './runs/run-log.service';
 import { RunsController } from './runs/runs.controller';
+import { CommandsController } from './commands/commands.controller';
+import { CommandsService } from './commands/commands.service';
+import { PolicyService } from './commands/policy.service';
 import { ProjectionsService } from './threads/projections.service';
 import { ThreadsController } from './threads/threads.controller';
 import { ThreadsService } from './threads/threads.service';
@@ -28,7 +32,7 @@ export class AppModule {
           useFactory: () => openEventStore(config),
         }),
       ],
-      controllers: [RunsController, ThreadsController, HealthController],
+      controllers: [RunsController, ThreadsController, CommandsController, HealthController],
       providers: [
         { provide: APP_CONFIG, useValue: config },
         { provide: ApiKeyTable, useValue: new ApiKeyTable(keys) },
@@ -37,8 +41,11 @@ export class AppModule {
         RunLogService,
         ProjectionsService,
         ThreadsService,
+        PolicyService,
+        CommandsService,
         BodyRejections,
         { provide: APP_GUARD, useClass: AccessGuard },
+        ...RATE_LIMIT_PROVIDERS, // after the AccessGuard: limits need the principal
         { provide: APP_FILTER, useClass: ErrorFilter },
       ],
     };

@@ -63,6 +63,7 @@ export const EVENT_DATA_EXAMPLES: { [K in EventType]: EventDataByType[K] } = {
     receipt: 'receipt-7f3a',
     decidedBy: 'ops@example.com',
     downgraded: false,
+    policyRevision: 'c0ffee',
   },
   'append.rejected': {
     reason: 'body_too_large',

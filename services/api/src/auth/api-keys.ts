@@ -15,8 +15,10 @@ export class ApiKeyTable {
   private readonly byDigest = new Map<string, Principal>();
 
   constructor(keys: readonly ApiKey[]) {
-    for (const { key, tenantId, scopes } of keys)
-      this.byDigest.set(digest(key), { tenantId, scopes });
+    for (const { key, tenantId, scopes } of keys) {
+      const keyDigest = digest(key);
+      this.byDigest.set(keyDigest, { tenantId, scopes, keyId: keyDigest.slice(0, 16) });
+    }
   }
 
   resolve(presented: string): Principal | undefined {
@@ -29,15 +31,23 @@ function digest(key: string): string {
 }
 
 /**
- * With no RUNLEDGER_API_KEYS, a development key for tenant `dev` with every scope, kept in
- * DATA_DIR (mode 0600) so it survives restarts.
+ * A random secret kept in DATA_DIR (mode 0600) so it survives restarts: the development key,
+ * the development receipt secret.
  */
-export function provisionDevKey(dataDir: string): { key: ApiKey; file: string; created: boolean } {
+export function provisionSecretFile(
+  dataDir: string,
+  name: string,
+): { value: string; file: string; created: boolean } {
   mkdirSync(dataDir, { recursive: true });
-  const file = join(dataDir, DEV_KEY_FILE);
+  const file = join(dataDir, name);
   const created = !existsSync(file);
   if (created) writeFileSync(file, `${randomBytes(24).toString('base64url')}\n`, { mode: 0o600 });
   chmodSync(file, 0o600);
-  const key = readFileSync(file, 'utf8').trim();
-  return { key: { key, tenantId: DEV_TENANT, scopes: new Set(SCOPES) }, file, created };
+  return { value: readFileSync(file, 'utf8').trim(), file, created };
+}
+
+/** With no RUNLEDGER_API_KEYS, a development key for tenant `dev` with every scope. */
+export function provisionDevKey(dataDir: string): { key: ApiKey; file: string; created: boolean } {
+  const { value, file, created } = provisionSecretFile(dataDir, DEV_KEY_FILE);
+  return { key: { key: value, tenantId: DEV_TENANT, scopes: new Set(SCOPES) }, file, created };
 }

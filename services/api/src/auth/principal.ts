@@ -4,6 +4,8 @@ import type { Scope } from '../config/config';
 export interface Principal {
   tenantId: string;
   scopes: ReadonlySet<Scope>;
+  /** Names the key used, never revealing it: a prefix of its SHA-256. */
+  keyId: string;
 }
 
 declare module 'fastify' {

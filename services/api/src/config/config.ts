@@ -59,6 +59,22 @@ export class EnvironmentSchema {
   })
   EVENT_MAX_BYTES = 1_048_576;
 
+  @IsOptional()
+  @IsString()
+  @Matches(/\S/, { message: 'POLICY_FILE must be a path to a JSON or YAML policy file' })
+  POLICY_FILE?: string;
+
+  @IsOptional()
+  @IsString()
+  @Matches(/^\S{32,}$/, { message: 'RECEIPT_SECRET must be at least 32 characters without spaces' })
+  RECEIPT_SECRET?: string;
+
+  @Transform(toInt)
+  @IsInt({ message: 'RECEIPT_TTL_S must be an integer between 1 and 86400' })
+  @Min(1, { message: 'RECEIPT_TTL_S must be an integer between 1 and 86400' })
+  @Max(86_400, { message: 'RECEIPT_TTL_S must be an integer between 1 and 86400' })
+  RECEIPT_TTL_S = 300;
+
   @Transform(toInt)
   @IsInt({ message: 'READ_WAIT_MS must be an integer between 0 and 60000' })
   @Min(0, { message: 'READ_WAIT_MS must be an integer between 0 and 60000' })
@@ -75,6 +91,27 @@ export class EnvironmentSchema {
     message: 'LOG_LEVEL must be one of error, warn, log, debug, verbose',
   })
   LOG_LEVEL: 'error' | 'warn' | 'log' | 'debug' | 'verbose' = 'log';
+
+  @Transform(toInt)
+  @IsInt({ message: 'RATE_LIMIT_WINDOW_MS must be an integer between 1000 and 3600000' })
+  @Min(1000, { message: 'RATE_LIMIT_WINDOW_MS must be an integer between 1000 and 3600000' })
+  @Max(3_600_000, { message: 'RATE_LIMIT_WINDOW_MS must be an integer between 1000 and 3600000' })
+  RATE_LIMIT_WINDOW_MS = 10_000;
+
+  @Transform(toInt)
+  @IsInt({ message: 'RATE_LIMIT_CALLS must be an integer between 1 and 100000' })
+  @Min(1, { message: 'RATE_LIMIT_CALLS must be an integer between 1 and 100000' })
+  @Max(100_000, { message: 'RATE_LIMIT_CALLS must be an integer between 1 and 100000' })
+  RATE_LIMIT_CALLS = 30;
+
+  @Transform(toInt)
+  @IsInt({
+    message: 'RATE_LIMIT_COSTLY must be an integer of at least 1, at most RATE_LIMIT_CALLS',
+  })
+  @Min(1, {
+    message: 'RATE_LIMIT_COSTLY must be an integer of at least 1, at most RATE_LIMIT_CALLS',
+  })
+  RATE_LIMIT_COSTLY = 6;
 }
 
 const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
@@ -87,8 +124,14 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'BODY_MAX_BYTES',
   'EVENT_MAX_BYTES',
   'READ_WAIT_MS',
+  'POLICY_FILE',
+  'RECEIPT_SECRET',
+  'RECEIPT_TTL_S',
   'MAX_EVENTS_PER_APPEND',
   'LOG_LEVEL',
+  'RATE_LIMIT_WINDOW_MS',
+  'RATE_LIMIT_CALLS',
+  'RATE_LIMIT_COSTLY',
 ];
 
 export type Scope = 'append' | 'read' | 'admin';
@@ -113,8 +156,18 @@ export interface AppConfig {
   eventMaxBytes: number;
   /** How long a query with ?minPosition= waits for the projection before answering 503. */
   readWaitMs: number;
+  /** Layered tool policy evaluated when an approval is resolved; unset allows every tool. */
+  policyFile?: string;
+  /** Signs approval receipts. Unset: a secret kept in DATA_DIR (embedded default only). */
+  receiptSecret?: string;
+  receiptTtlSeconds: number;
   maxEventsPerAppend: number;
   logLevel: EnvironmentSchema['LOG_LEVEL'];
+  /**
+   * Each user's budgets in a sliding window: `calls` calls, of which at most `costly` are
+   * costly ones (a costly call counts against both).
+   */
+  rateLimit: { windowMs: number; calls: number; costly: number };
 }
 
 export class ConfigError extends Error {
@@ -168,6 +221,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
   if (problems.length === 0 && parsed.EVENT_MAX_BYTES > parsed.BODY_MAX_BYTES) {
     problems.push('EVENT_MAX_BYTES must be an integer of at least 4096, at most BODY_MAX_BYTES');
   }
+  if (problems.length === 0 && parsed.RATE_LIMIT_COSTLY > parsed.RATE_LIMIT_CALLS) {
+    problems.push('RATE_LIMIT_COSTLY must be an integer of at least 1, at most RATE_LIMIT_CALLS');
+  }
+  if (
+    problems.length === 0 &&
+    parsed.EVENTSTORE_URL !== undefined &&
+    parsed.RECEIPT_SECRET === undefined
+  ) {
+    // Replicas must verify each other's receipts: a secret kept in one DATA_DIR cannot serve.
+    problems.push(
+      'RECEIPT_SECRET is required when EVENTSTORE_URL is set (every replica needs the same secret)',
+    );
+  }
   if (problems.length > 0) throw new ConfigError(problems);
   return {
     port: parsed.PORT,
@@ -180,8 +246,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     bodyMaxBytes: parsed.BODY_MAX_BYTES,
     eventMaxBytes: parsed.EVENT_MAX_BYTES,
     readWaitMs: parsed.READ_WAIT_MS,
+    policyFile: parsed.POLICY_FILE,
+    receiptSecret: parsed.RECEIPT_SECRET,
+    receiptTtlSeconds: parsed.RECEIPT_TTL_S,
     maxEventsPerAppend: parsed.MAX_EVENTS_PER_APPEND,
     logLevel: parsed.LOG_LEVEL,
+    rateLimit: {
+      windowMs: parsed.RATE_LIMIT_WINDOW_MS,
+      calls: parsed.RATE_LIMIT_CALLS,
+      costly: parsed.RATE_LIMIT_COSTLY,
+    },
   };
 }
 

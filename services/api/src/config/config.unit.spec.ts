@@ -22,8 +22,12 @@ describe('configuration', () => {
       bodyMaxBytes: 33_554_432,
       eventMaxBytes: 1_048_576,
       readWaitMs: 2000,
+      policyFile: undefined,
+      receiptSecret: undefined,
+      receiptTtlSeconds: 300,
       maxEventsPerAppend: 1000,
       logLevel: 'log',
+      rateLimit: { windowMs: 10_000, calls: 30, costly: 6 },
     });
   });
 
@@ -33,11 +37,15 @@ describe('configuration', () => {
       HOST: '0.0.0.0',
       DATA_DIR: '/var/lib/runledger',
       EVENTSTORE_URL: 'kurrentdb://localhost:2113?tls=false',
+      RECEIPT_SECRET: 'a-receipt-secret-of-thirty-two-chars!',
       SQLITE_SYNCHRONOUS: 'NORMAL',
       BODY_MAX_BYTES: '8192',
       EVENT_MAX_BYTES: '4096',
       MAX_EVENTS_PER_APPEND: '10',
       LOG_LEVEL: 'debug',
+      RATE_LIMIT_WINDOW_MS: '60000',
+      RATE_LIMIT_CALLS: '100',
+      RATE_LIMIT_COSTLY: '10',
     });
     expect(config).toMatchObject({
       port: 8080,
@@ -49,6 +57,7 @@ describe('configuration', () => {
       eventMaxBytes: 4096,
       maxEventsPerAppend: 10,
       logLevel: 'debug',
+      rateLimit: { windowMs: 60_000, calls: 100, costly: 10 },
     });
   });
 
@@ -60,15 +69,29 @@ describe('configuration', () => {
     ['BODY_MAX_BYTES', '12'],
     ['EVENT_MAX_BYTES', '100'],
     ['READ_WAIT_MS', '-1'],
+    ['RECEIPT_SECRET', 'short'],
+    ['RECEIPT_TTL_S', '0'],
     ['EVENT_MAX_BYTES', '40000000'],
     ['MAX_EVENTS_PER_APPEND', '0'],
     ['EVENTSTORE_URL', 'http://localhost:2113'],
     ['LOG_LEVEL', 'loud'],
+    ['RATE_LIMIT_WINDOW_MS', '999'],
+    ['RATE_LIMIT_WINDOW_MS', '10s'],
+    ['RATE_LIMIT_CALLS', '0'],
+    ['RATE_LIMIT_CALLS', '100001'],
+    ['RATE_LIMIT_COSTLY', '0'],
+    ['RATE_LIMIT_COSTLY', '31'],
   ])('refuses %s=%s, naming the variable and its rule', (name, value) => {
     const problems = problemsOf({ [name]: value });
     expect(problems).toHaveLength(1);
     expect(problems[0]).toContain(name);
     expect(problems[0]).toMatch(/must/);
+  });
+
+  it('requires RECEIPT_SECRET when the log is shared by replicas (EVENTSTORE_URL)', () => {
+    expect(problemsOf({ EVENTSTORE_URL: 'kurrentdb://localhost:2113?tls=false' })).toEqual([
+      expect.stringContaining('RECEIPT_SECRET is required'),
+    ]);
   });
 
   it('reports every bad variable at once', () => {

@@ -261,6 +261,48 @@ export class RunLogService {
   }
 
   /**
+   * Appends events the server itself writes (the commands' `turn.steered`, `approval.resolved`,
+   * `run.finished`), checked by the same strict validator as a client's, under the same run
+   * rules and serialization.
+   */
+  async appendAsServer(
+    tenantId: string,
+    runId: string,
+    events: { type: string; data: Record<string, unknown> }[],
+    expected: ExpectedRevision,
+  ): Promise<AppendResponse> {
+    const valid = events.map((event) => {
+      const check = validateEvent(event);
+      if (!check.ok) {
+        throw new Error(
+          `server event ${event.type} for run ${runId} is invalid: ${JSON.stringify(check.problems)}`,
+        );
+      }
+      return { ...check.value, id: uuidv7() };
+    });
+    const result = await this.serializer.run(runId, () =>
+      this.appendSerialized(tenantId, runId, valid, expected, false),
+    );
+    for (const event of valid)
+      this.metrics.appendedEvents.inc({ type: event.type, outcome: 'recorded' });
+    return {
+      runId,
+      firstRevision: result.firstRevision,
+      lastRevision: result.lastRevision,
+      position: result.position,
+      events: result.events,
+    };
+  }
+
+  /** Every event of a run the tenant owns, in order (404 otherwise). */
+  async readRun(tenantId: string, runId: string): Promise<RecordedEvent[]> {
+    await this.requireRun(tenantId, runId);
+    const events: RecordedEvent[] = [];
+    for await (const event of this.recorded(runId)) events.push(event);
+    return events;
+  }
+
+  /**
    * Records an `append.rejected` marker for a body too large to read, when the run exists,
    * belongs to the tenant and is not finished. Answers whether a marker was recorded.
    */
@@ -363,10 +405,14 @@ export class RunLogService {
 
   /** Every recorded event of the run, in order, read page by page. */
   async *replay(runId: string): AsyncGenerator<EventView> {
+    for await (const event of this.recorded(runId)) yield toView(event);
+  }
+
+  private async *recorded(runId: string): AsyncGenerator<RecordedEvent> {
     const stream = runStream(runId);
     for (let from = 0; ;) {
       const page = await this.store.readStream(stream, { fromRevision: from, maxCount: PAGE });
-      for (const event of page) yield toView(event);
+      yield* page;
       if (page.length < PAGE) return;
       from = page[page.length - 1].revision + 1;
     }

@@ -36,6 +36,10 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
   const config = loadConfig({
     DATA_DIR: dataDir,
     RUNLEDGER_API_KEYS: `${KEYS.tenantA}=tenant-a:append,read,admin;${KEYS.tenantB}=tenant-b:append,read;${KEYS.readerA}=tenant-a:read`,
+    // Suites drive one key far past the production budgets; limits/rate-limits.int.spec.ts
+    // sets the real ones.
+    RATE_LIMIT_CALLS: '100000',
+    RATE_LIMIT_COSTLY: '100000',
     ...env,
   });
   const app = await createApp(config, config.apiKeys ?? []);

@@ -4,6 +4,7 @@ import type { ThreadStatus } from '@runledger/domain';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
 import { ApiError } from '../http/api-error';
+import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
 import { THREAD_STATUSES, ThreadsService } from './threads.service';
 
@@ -19,6 +20,7 @@ function minPosition(raw: string | undefined): number | undefined {
 
 @ApiTags('threads')
 @ApiBearerAuth()
+@RateLimited('call')
 @Controller('v1/threads')
 export class ThreadsController {
   constructor(private readonly threads: ThreadsService) {}

@@ -1,0 +1,40 @@
+/** The command bodies, strict like every event schema. */
+import { Allow, IsIn, IsNotEmpty, IsString, MaxLength } from 'class-validator';
+import { DECISIONS, type Decision } from '@runledger/domain';
+
+export class SteerBody {
+  @IsString()
+  @IsNotEmpty()
+  @MaxLength(256)
+  expectedTurnId!: string;
+
+  @IsString()
+  @IsNotEmpty()
+  instruction!: string;
+}
+
+export class StopBody {
+  @IsString()
+  @IsNotEmpty()
+  @MaxLength(4096)
+  reason!: string;
+}
+
+export class DecisionBody {
+  @IsIn(DECISIONS)
+  decision!: Decision;
+}
+
+export class ConsumeBody {
+  @IsString()
+  @IsNotEmpty()
+  receipt!: string;
+
+  @IsString()
+  @IsNotEmpty()
+  @MaxLength(1024)
+  toolName!: string;
+
+  @Allow()
+  input!: unknown;
+}

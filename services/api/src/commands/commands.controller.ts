@@ -1,0 +1,107 @@
+import { Body, Controller, HttpCode, Param, Post, Query, Req } from '@nestjs/common';
+import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import type { FastifyRequest } from 'fastify';
+import { RequireScope } from '../auth/access.decorators';
+import { actingUser, USER_HEADER } from '../auth/acting-user';
+import { RateLimited } from '../limits/rate-limit.decorators';
+import { queryInt } from '../runs/runs.controller';
+import { CommandsService, type Caller } from './commands.service';
+
+export function callerOf(request: FastifyRequest): Caller {
+  const principal = request.principal!;
+  return {
+    tenantId: principal.tenantId,
+    user: actingUser(principal, request.headers[USER_HEADER]),
+  };
+}
+
+@ApiTags('commands')
+@ApiBearerAuth()
+@Controller('v1')
+export class CommandsController {
+  constructor(private readonly commands: CommandsService) {}
+
+  @Post('runs/:runId/steer')
+  @HttpCode(201)
+  @RequireScope('append')
+  @RateLimited('costly')
+  @ApiOperation({
+    summary: 'Steer the active turn: `{ expectedTurnId, instruction }`',
+    description:
+      "Appends `turn.steered` only if `expectedTurnId` is the run's active turn, with the run's revision as " +
+      'the expected revision. **409 `turn_not_active`** (`activeTurnId`, null when none) is the only answer ' +
+      'that permits delivering the instruction as a fresh turn instead. 409 `steer_conflict` means another ' +
+      'command changed the run first while the turn is still active: read and decide again; every other ' +
+      'error must be surfaced, never turned into a fresh turn.',
+  })
+  steer(@Req() request: FastifyRequest, @Param('runId') runId: string, @Body() body: unknown) {
+    return this.commands.steer(callerOf(request), runId, body);
+  }
+
+  @Post('runs/:runId/stop')
+  @HttpCode(201)
+  @RequireScope('append')
+  @RateLimited('costly')
+  @ApiOperation({
+    summary:
+      'Stop a run: `{ reason }` finishes it as cancelled; a finished run answers 409 with its status',
+  })
+  stop(@Req() request: FastifyRequest, @Param('runId') runId: string, @Body() body: unknown) {
+    return this.commands.stop(callerOf(request), runId, body);
+  }
+
+  @Post('runs/:runId/approvals/:approvalId/resolve')
+  @HttpCode(201)
+  @RequireScope('append')
+  @RateLimited('costly')
+  @ApiOperation({
+    summary: 'Resolve an approval exactly once: `{ decision: "allow" | "deny" }`',
+    description:
+      'Policy is evaluated now: an allow it forbids is recorded as a one-time deny with `downgraded: true`. ' +
+      'The answer carries a signed one-use receipt. A second resolution answers 409 `already_resolved` with the first.',
+  })
+  resolve(
+    @Req() request: FastifyRequest,
+    @Param('runId') runId: string,
+    @Param('approvalId') approvalId: string,
+    @Body() body: unknown,
+  ) {
+    return this.commands.resolve(callerOf(request), runId, approvalId, body);
+  }
+
+  @Post('threads/:threadId/approvals/answer')
+  @HttpCode(201)
+  @RequireScope('append')
+  @RateLimited('costly')
+  @ApiOperation({
+    summary: 'Answer "yes"/"no" safely: resolves the only pending approval of the thread',
+    description:
+      'With several pending: 409 `ambiguous` listing up to 4, and nothing is resolved. Accepts `?minPosition=`.',
+  })
+  answer(
+    @Req() request: FastifyRequest,
+    @Param('threadId') threadId: string,
+    @Body() body: unknown,
+    @Query('minPosition') minPosition?: string,
+  ) {
+    const min =
+      minPosition === undefined
+        ? undefined
+        : queryInt('minPosition', minPosition, 0, 0, Number.MAX_SAFE_INTEGER);
+    return this.commands.answer(callerOf(request), threadId, body, min);
+  }
+
+  @Post('receipts/consume')
+  @HttpCode(200)
+  @RequireScope('append')
+  @RateLimited('costly')
+  @ApiOperation({
+    summary: 'Consume a one-use receipt: `{ receipt, toolName, input }`',
+    description:
+      'Verifies the signature, expiry, tool and input digest, then consumes it once across all replicas ' +
+      '(append to `receipt-<id>` with `no_stream`). Any later use: 409 `receipt_already_used`.',
+  })
+  consume(@Req() request: FastifyRequest, @Body() body: unknown) {
+    return this.commands.consume(callerOf(request), body);
+  }
+}

@@ -1,0 +1,325 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
+
+const policyDir = mkdtempSync(join(tmpdir(), 'runledger-policy-'));
+const policyFile = join(policyDir, 'policy.yaml');
+writeFileSync(policyFile, 'default:\n  deny: ["format_disk"]\n');
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp({ POLICY_FILE: policyFile });
+});
+afterAll(async () => {
+  await t.close();
+  rmSync(policyDir, { recursive: true, force: true });
+});
+
+function post(path: string, body: object, key = KEYS.tenantA, app = t) {
+  return app.http().post(path).set(app.auth(key)).send(body);
+}
+
+async function newRun(events: object[] = [], threadId = `t-${randomUUID()}`) {
+  const runId = `run-${randomUUID()}`;
+  const res = await post(`/v1/runs/${runId}/events`, {
+    events: [
+      { type: 'run.started', data: { threadId, agent: 'voice', source: 'voice' } },
+      ...events,
+    ],
+  });
+  expect(res.status).toBe(201);
+  return { runId, threadId, position: res.body.position as number };
+}
+
+const turn = (turnId: string) => ({ type: 'turn.started', data: { turnId, source: 'voice' } });
+const approval = (approvalId: string, toolName = 'deploy', input: unknown = { env: 'prod' }) => ({
+  type: 'approval.requested',
+  data: {
+    approvalId,
+    toolCallId: `call-${approvalId}`,
+    toolName,
+    input,
+    question: `Run ${toolName}?`,
+  },
+});
+
+async function types(runId: string, app = t) {
+  const res = await app.http().get(`/v1/runs/${runId}/events?limit=1000`).set(app.auth());
+  return (res.body.events as { type: string; data: Record<string, unknown> }[]).map((e) => e.type);
+}
+
+describe('steer', () => {
+  it('lets exactly one of two concurrent steers of the same turn win', async () => {
+    const { runId } = await newRun([turn('turn-1')]);
+    const body = { expectedTurnId: 'turn-1', instruction: 'use the staging database' };
+    const results = await Promise.all([
+      post(`/v1/runs/${runId}/steer`, body),
+      post(`/v1/runs/${runId}/steer`, { ...body, instruction: 'no, production' }),
+    ]);
+    expect(results.map((r) => r.status).sort()).toEqual([201, 409]);
+    const loser = results.find((r) => r.status === 409)!;
+    expect(loser.body).toMatchObject({ error: 'steer_conflict', activeTurnId: 'turn-1' });
+    expect((await types(runId)).filter((type) => type === 'turn.steered')).toHaveLength(1);
+  });
+
+  it('answers 409 turn_not_active with the active turn, or null when there is none', async () => {
+    const { runId } = await newRun([turn('turn-1')]);
+    const stale = await post(`/v1/runs/${runId}/steer`, {
+      expectedTurnId: 'turn-0',
+      instruction: 'x',
+    });
+    expect(stale.status).toBe(409);
+    expect(stale.body).toMatchObject({ error: 'turn_not_active', activeTurnId: 'turn-1' });
+    await post(`/v1/runs/${runId}/events`, {
+      events: [{ type: 'turn.finished', data: { turnId: 'turn-1', status: 'completed' } }],
+    });
+    const none = await post(`/v1/runs/${runId}/steer`, {
+      expectedTurnId: 'turn-1',
+      instruction: 'x',
+    });
+    expect(none.body).toMatchObject({ error: 'turn_not_active', activeTurnId: null });
+    expect(await types(runId)).not.toContain('turn.steered');
+    const bad = await post(`/v1/runs/${runId}/steer`, {
+      expectedTurnId: '',
+      instruction: 'x',
+      extra: 1,
+    });
+    expect(bad.status).toBe(400);
+  });
+});
+
+describe('stop', () => {
+  it('finishes the run as cancelled once; stopping it again answers 409 with its status', async () => {
+    const { runId } = await newRun();
+    const first = await post(`/v1/runs/${runId}/stop`, { reason: 'the caller hung up' });
+    expect(first.status).toBe(201);
+    const again = await post(`/v1/runs/${runId}/stop`, { reason: 'again' });
+    expect(again.status).toBe(409);
+    expect(again.body).toMatchObject({ error: 'run_finished', status: 'cancelled' });
+    const events = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
+    expect(events.body.events[1].data).toEqual({
+      status: 'cancelled',
+      reason: 'the caller hung up',
+    });
+  });
+});
+
+describe('resolve', () => {
+  it('resolves once among fifty concurrent calls; every other reports the first resolution', async () => {
+    const { runId } = await newRun([approval('ap-1')]);
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, i) =>
+        post(`/v1/runs/${runId}/approvals/ap-1/resolve`, {
+          decision: i % 2 === 0 ? 'allow' : 'deny',
+        }),
+      ),
+    );
+    const won = results.filter((r) => r.status === 201);
+    const lost = results.filter((r) => r.status === 409);
+    expect(won).toHaveLength(1);
+    expect(lost).toHaveLength(49);
+    for (const r of lost) {
+      expect(r.body).toMatchObject({
+        error: 'already_resolved',
+        resolution: {
+          approvalId: 'ap-1',
+          decision: won[0].body.decision,
+          receipt: won[0].body.receipt,
+        },
+      });
+    }
+    expect((await types(runId)).filter((type) => type === 'approval.resolved')).toHaveLength(1);
+  });
+
+  it('downgrades an allow that the policy forbids now, and records the policy revision', async () => {
+    const { runId } = await newRun([approval('ap-2', 'drop_table')]);
+    const stricter = 'default:\n  deny: ["format_disk", "drop_*"]\n';
+    writeFileSync(policyFile, stricter);
+    try {
+      const res = await post(`/v1/runs/${runId}/approvals/ap-2/resolve`, { decision: 'allow' });
+      expect(res.status).toBe(201);
+      const revision = createHash('sha256').update(stricter).digest('hex');
+      expect(res.body).toMatchObject({
+        requested: 'allow',
+        decision: 'deny',
+        downgraded: true,
+        policyRevision: revision,
+      });
+      const recorded = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
+      expect(recorded.body.events[2]).toMatchObject({
+        type: 'approval.resolved',
+        data: { approvalId: 'ap-2', decision: 'deny', downgraded: true, policyRevision: revision },
+      });
+    } finally {
+      writeFileSync(policyFile, 'default:\n  deny: ["format_disk"]\n');
+    }
+  });
+
+  it('answers 404 for an unknown approval', async () => {
+    const { runId } = await newRun();
+    expect(
+      (await post(`/v1/runs/${runId}/approvals/nope/resolve`, { decision: 'allow' })).status,
+    ).toBe(404);
+  });
+});
+
+describe('answer "yes"', () => {
+  it('resolves the only pending approval, and asks which one when several are pending', async () => {
+    const single = await newRun([approval('only')]);
+    const yes = await post(
+      `/v1/threads/${single.threadId}/approvals/answer?minPosition=${single.position}`,
+      {
+        decision: 'allow',
+      },
+    );
+    expect(yes.status).toBe(201);
+    expect(yes.body).toMatchObject({ approvalId: 'only', decision: 'allow' });
+
+    const many = await newRun([1, 2, 3, 4, 5].map((n) => approval(`ap-${n}`, `tool_${n}`)));
+    const ambiguous = await post(
+      `/v1/threads/${many.threadId}/approvals/answer?minPosition=${many.position}`,
+      {
+        decision: 'allow',
+      },
+    );
+    expect(ambiguous.status).toBe(409);
+    expect(ambiguous.body).toMatchObject({ error: 'ambiguous', pendingCount: 5 });
+    expect(ambiguous.body.pending).toHaveLength(4);
+    expect(await types(many.runId)).not.toContain('approval.resolved');
+
+    const none = await newRun();
+    const nothing = await post(
+      `/v1/threads/${none.threadId}/approvals/answer?minPosition=${none.position}`,
+      {
+        decision: 'allow',
+      },
+    );
+    expect(nothing.status).toBe(409);
+    expect(nothing.body.error).toBe('no_pending_approval');
+  });
+});
+
+describe('receipts', () => {
+  async function allowed(toolName = 'deploy', input: unknown = { env: 'prod' }) {
+    const { runId } = await newRun([approval('ap', toolName, input)]);
+    const res = await post(`/v1/runs/${runId}/approvals/ap/resolve`, { decision: 'allow' });
+    expect(res.body.decision).toBe('allow');
+    return res.body.receipt as string;
+  }
+
+  it('is consumed once, even through two instances on the same store', async () => {
+    const receipt = await allowed();
+    const other = await startTestApp({ DATA_DIR: t.config.dataDir, POLICY_FILE: policyFile });
+    try {
+      const body = { receipt, toolName: 'deploy', input: { env: 'prod' } };
+      const results = await Promise.all([
+        post('/v1/receipts/consume', body),
+        post('/v1/receipts/consume', body, KEYS.tenantA, other),
+        post('/v1/receipts/consume', body),
+      ]);
+      expect(results.map((r) => r.status).sort()).toEqual([200, 409, 409]);
+      expect(results.find((r) => r.status === 409)!.body.error).toBe('receipt_already_used');
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('is refused for another tool, another input, a changed signature or a deny', async () => {
+    const receipt = await allowed('deploy', { env: 'prod' });
+    const consume = (body: object) => post('/v1/receipts/consume', body);
+    const tool = await consume({ receipt, toolName: 'destroy', input: { env: 'prod' } });
+    expect(tool.body).toMatchObject({ error: 'receipt_refused', reason: 'tool_mismatch' });
+    const input = await consume({ receipt, toolName: 'deploy', input: { env: 'staging' } });
+    expect(input.body).toMatchObject({ error: 'receipt_refused', reason: 'input_mismatch' });
+    const [claims, signature] = receipt.split('.');
+    const forged = Buffer.from(
+      JSON.stringify({
+        ...JSON.parse(Buffer.from(claims, 'base64url').toString()),
+        exp: 9_999_999_999,
+      }),
+    ).toString('base64url');
+    const changed = await consume({
+      receipt: `${forged}.${signature}`,
+      toolName: 'deploy',
+      input: { env: 'prod' },
+    });
+    expect(changed.body).toMatchObject({ error: 'receipt_refused', reason: 'signature' });
+    const flipped = `${claims}.${signature.slice(0, -2)}${signature.endsWith('AA') ? 'BB' : 'AA'}`;
+    expect(
+      (await consume({ receipt: flipped, toolName: 'deploy', input: { env: 'prod' } })).status,
+    ).toBe(403);
+    for (const r of [tool, input, changed]) expect(r.status).toBe(403);
+    expect((await consume({ receipt, toolName: 'deploy', input: { env: 'prod' } })).status).toBe(
+      200,
+    );
+  });
+
+  it('expires', async () => {
+    const short = await startTestApp({ RECEIPT_TTL_S: '1' });
+    try {
+      const runId = `run-${randomUUID()}`;
+      await post(
+        `/v1/runs/${runId}/events`,
+        {
+          events: [
+            { type: 'run.started', data: { threadId: 'x', agent: 'a', source: 'api' } },
+            approval('ap'),
+          ],
+        },
+        KEYS.tenantA,
+        short,
+      );
+      const res = await post(
+        `/v1/runs/${runId}/approvals/ap/resolve`,
+        { decision: 'allow' },
+        KEYS.tenantA,
+        short,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 2100));
+      const late = await post(
+        '/v1/receipts/consume',
+        { receipt: res.body.receipt, toolName: 'deploy', input: { env: 'prod' } },
+        KEYS.tenantA,
+        short,
+      );
+      expect(late.status).toBe(403);
+      expect(late.body.reason).toBe('expired');
+    } finally {
+      await short.close();
+    }
+  });
+});
+
+describe('tenant isolation', () => {
+  it('answers every command on another tenant’s run, thread or receipt with 404, changing nothing', async () => {
+    const { runId, threadId, position } = await newRun([turn('turn-1'), approval('ap-x')]);
+    const b = KEYS.tenantB;
+    const calls = [
+      post(`/v1/runs/${runId}/steer`, { expectedTurnId: 'turn-1', instruction: 'x' }, b),
+      post(`/v1/runs/${runId}/stop`, { reason: 'x' }, b),
+      post(`/v1/runs/${runId}/approvals/ap-x/resolve`, { decision: 'allow' }, b),
+      post(
+        `/v1/threads/${threadId}/approvals/answer?minPosition=${position}`,
+        { decision: 'allow' },
+        b,
+      ),
+    ];
+    for (const res of await Promise.all(calls)) expect(res.status).toBe(404);
+    const receipt = (await post(`/v1/runs/${runId}/approvals/ap-x/resolve`, { decision: 'allow' }))
+      .body.receipt;
+    const foreign = await post(
+      '/v1/receipts/consume',
+      { receipt, toolName: 'deploy', input: { env: 'prod' } },
+      b,
+    );
+    expect(foreign.status).toBe(404);
+    expect(await types(runId)).toEqual([
+      'run.started',
+      'turn.started',
+      'approval.requested',
+      'approval.resolved',
+    ]);
+  });
+});
