@@ -1,7 +1,7 @@
 /**
  * The catalogue as one discriminated union, and the one validator for the write path.
  */
-import { plainToInstance, type ClassConstructor } from 'class-transformer';
+import type { ClassConstructor } from 'class-transformer';
 import { validateSync, type ValidationError } from 'class-validator';
 import {
   AppendRejectedData,
@@ -9,11 +9,13 @@ import {
   ApprovalResolvedData,
   MessageAddedData,
   ModelCallData,
+  ModelMessage,
   RunFinishedData,
   RunStartedData,
   ToolFinishedData,
   ToolStartedData,
   TranscriptAddedData,
+  TruncationStamp,
   TurnFinishedData,
   TurnStartedData,
   TurnSteeredData,
@@ -123,6 +125,77 @@ function schemaKeyProblems(data: Record<string, unknown>, index: number | undefi
   return problems;
 }
 
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * What JSON.parse accepts but the log must not record: numbers it read as Infinity (`1e309`),
+ * and nesting deeper than MAX_JSON_DEPTH (which would overflow the stack of every recursive
+ * step after it: validation, canonical JSON, hashing). Reports the first problem found.
+ */
+export function jsonValueProblems(value: unknown, field: string, index?: number): Problem[] {
+  const stack: { value: unknown; path: string; depth: number }[] = [
+    { value, path: field, depth: 0 },
+  ];
+  while (stack.length > 0) {
+    const { value: current, path, depth } = stack.pop()!;
+    if (typeof current === 'number' && !Number.isFinite(current)) {
+      return [{ index, field: path, rule: 'isFinite', message: `${path} must be a finite number` }];
+    }
+    if (current === null || typeof current !== 'object') continue;
+    if (depth >= MAX_JSON_DEPTH) {
+      const message = `${path} is nested deeper than ${MAX_JSON_DEPTH} levels`;
+      return [{ index, field: path, rule: 'maxDepth', message }];
+    }
+    if (Array.isArray(current)) {
+      current.forEach((item, i) =>
+        stack.push({ value: item, path: `${path}.${i}`, depth: depth + 1 }),
+      );
+    } else {
+      for (const [key, item] of Object.entries(current)) {
+        stack.push({ value: item, path: `${path}.${key}`, depth: depth + 1 });
+      }
+    }
+  }
+  return [];
+}
+
+/**
+ * A schema instance over plain data, built by hand: own properties defined (never assigned,
+ * so a `__proto__` key stays a plain key for the whitelist to refuse), and only the declared
+ * nested schemas (the stamp, model messages) turned into instances. class-transformer is not
+ * used: it recurses into free-form values (tool input, output) and fails on some of them.
+ */
+export function shallowInstance<T extends object>(
+  schema: ClassConstructor<T>,
+  value: Record<string, unknown>,
+): T {
+  const instance = Object.create(schema.prototype) as T;
+  for (const key of Object.keys(value)) {
+    Object.defineProperty(instance, key, {
+      value: value[key],
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
+  return instance;
+}
+
+function schemaInstance(type: EventType, data: Record<string, unknown>): object {
+  const instance = shallowInstance(EVENT_SCHEMAS[type] as ClassConstructor<object>, data) as Record<
+    string,
+    unknown
+  >;
+  if (isPlainObject(data.truncation))
+    instance.truncation = shallowInstance(TruncationStamp, data.truncation);
+  if (type === 'model.call' && Array.isArray(data.messages)) {
+    instance.messages = data.messages.map((m: unknown) =>
+      isPlainObject(m) ? shallowInstance(ModelMessage, m) : m,
+    );
+  }
+  return instance;
+}
+
 function flatten(errors: ValidationError[], prefix: string, index: number | undefined): Problem[] {
   const problems: Problem[] = [];
   for (const error of errors) {
@@ -173,15 +246,22 @@ export function validateEvent(input: unknown, index?: number): Validated<ValidEv
     problems.push(at('data', 'isObject', 'data must be an object'));
     return { ok: false, problems };
   }
+  const shapeProblems = [
+    ...jsonValueProblems(data, 'data', index),
+    ...jsonValueProblems(metadata ?? {}, 'metadata', index),
+  ];
+  if (shapeProblems.length > 0) return { ok: false, problems: [...problems, ...shapeProblems] };
   const normalized = normalizeData(type, data);
-  const instance = plainToInstance(EVENT_SCHEMAS[type] as ClassConstructor<object>, normalized);
+  // Before any instance exists: an own `constructor` key would mislead the validator itself.
+  const keyProblems = schemaKeyProblems(normalized, index);
+  if (keyProblems.length > 0) return { ok: false, problems: [...problems, ...keyProblems] };
+  const instance = schemaInstance(type, normalized);
   const errors = validateSync(instance, {
     whitelist: true,
     forbidNonWhitelisted: true,
     forbidUnknownValues: true,
   });
   problems.push(...flatten(errors, 'data', index));
-  problems.push(...schemaKeyProblems(normalized, index));
   if (problems.length > 0) return { ok: false, problems };
   return {
     ok: true,

@@ -23,11 +23,20 @@ export interface ProjectorObserver {
 }
 
 export interface ProjectorOptions {
-  /** Most events folded per transaction. */
+  /**
+   * Most events folded per transaction. Large on purpose: while catching up, every commit
+   * rewrites each touched thread whole, so fewer, larger commits make a rebuild faster; live
+   * events are committed as soon as the log goes quiet, whatever this is.
+   */
   batchSize?: number;
+  /** Longest a batch collects before it is committed, so readers see progress during a rebuild. */
+  maxBatchMs?: number;
   /** Thread states kept parsed between batches (the hot set of a rebuild or of live traffic). */
   cacheSize?: number;
 }
+
+/** Events folded between two turns of the event loop while catching up. */
+const YIELD_EVERY = 1000;
 
 export class ProjectionBehindError extends Error {
   constructor(
@@ -45,10 +54,13 @@ export class Projector {
   private running: Promise<void> | null = null;
   private batch: ProjectedEvent[] = [];
   private flushScheduled = false;
+  private batchStartedAt = 0;
+  private yielding = false;
   private failure: unknown = null;
   private readonly cache = new Map<string, ThreadState>();
   private readonly waiters = new Set<{ min: number; resolve: () => void }>();
   private readonly batchSize: number;
+  private readonly maxBatchMs: number;
   private readonly cacheSize: number;
 
   constructor(
@@ -57,7 +69,8 @@ export class Projector {
     private readonly observer: ProjectorObserver,
     options: ProjectorOptions = {},
   ) {
-    this.batchSize = options.batchSize ?? 1000;
+    this.batchSize = options.batchSize ?? 25_000;
+    this.maxBatchMs = options.maxBatchMs ?? 250;
     this.cacheSize = options.cacheSize ?? 2000;
     this.position = readModels.checkpoint();
   }
@@ -104,23 +117,44 @@ export class Projector {
   }
 
   private async follow(subscription: Subscription): Promise<void> {
+    let sinceYield = 0;
     try {
       for await (const event of subscription) {
+        if (this.batch.length === 0) this.batchStartedAt = Date.now();
         this.batch.push(toProjected(event));
-        if (this.batch.length >= this.batchSize) this.flush();
-        else if (!this.flushScheduled) {
-          // Caught up (the subscription is waiting for new events): commit what we have.
-          this.flushScheduled = true;
-          setImmediate(() => {
-            this.flushScheduled = false;
-            this.flush();
-          });
+        if (
+          this.batch.length >= this.batchSize ||
+          Date.now() - this.batchStartedAt >= this.maxBatchMs
+        ) {
+          this.flush();
+        } else {
+          this.scheduleIdleFlush();
+        }
+        sinceYield += 1;
+        if (sinceYield >= YIELD_EVERY) {
+          // A catch-up never waits on I/O; yield so HTTP and health checks are served meanwhile.
+          sinceYield = 0;
+          this.yielding = true;
+          await new Promise((resolve) => setImmediate(resolve));
+          this.yielding = false;
         }
       }
     } catch (error) {
       this.failure = error;
       this.observer.failed(error, this.position);
     }
+  }
+
+  /** Commits once the subscription waits for new events: the log is quiet. */
+  private scheduleIdleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    setImmediate(() => {
+      this.flushScheduled = false;
+      // Our own yield is not quiet: look again after it, or the batch would wait for the next event.
+      if (this.yielding) this.scheduleIdleFlush();
+      else this.flush();
+    });
   }
 
   private flush(): void {

@@ -20,6 +20,8 @@ export async function createApp(
     // A JSON key like __proto__ or constructor.prototype is refused, never merged.
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
+    // Path ids may be 128 characters (PATH_ID_PATTERN); Fastify's default cap is 100.
+    maxParamLength: 256,
   });
   const app = await NestFactory.create<NestFastifyApplication>(
     AppModule.create(config, keys),

@@ -2,9 +2,9 @@
  * Validates a command's JSON body against a class-validator schema: strict whitelist, no
  * coercion. A bad body is a 400 naming each field and rule; nothing is done.
  */
-import { plainToInstance, type ClassConstructor } from 'class-transformer';
+import type { ClassConstructor } from 'class-transformer';
 import { validateSync, type ValidationError } from 'class-validator';
-import { isPlainObject, type Problem } from '@runledger/domain';
+import { isPlainObject, jsonValueProblems, shallowInstance, type Problem } from '@runledger/domain';
 import { ApiError } from './api-error';
 
 function problemsOf(errors: ValidationError[], prefix = ''): Problem[] {
@@ -25,7 +25,17 @@ export function validateBody<T extends object>(schema: ClassConstructor<T>, body
       { field: 'body', rule: 'isObject', message: 'the body must be a JSON object' },
     ]);
   }
-  const instance = plainToInstance(schema, body);
+  const shape = jsonValueProblems(body, 'body');
+  // Keys named like Object.prototype members are refused before an instance exists: an own
+  // `constructor` would mislead the validator itself.
+  for (const key of Object.keys(body)) {
+    if (key in Object.prototype) {
+      shape.push({ field: key, rule: 'whitelistValidation', message: `${key} is not allowed` });
+    }
+  }
+  if (shape.length > 0)
+    throw new ApiError(400, 'validation_failed', 'the request is invalid', shape);
+  const instance = shallowInstance(schema, body);
   const problems = problemsOf(
     validateSync(instance, {
       whitelist: true,
@@ -33,11 +43,6 @@ export function validateBody<T extends object>(schema: ClassConstructor<T>, body
       forbidUnknownValues: true,
     }),
   );
-  for (const key of Object.keys(body)) {
-    // class-transformer drops keys named like Object.prototype members before validation sees them.
-    if (key in Object.prototype)
-      problems.push({ field: key, rule: 'whitelistValidation', message: `${key} is not allowed` });
-  }
   if (problems.length > 0)
     throw new ApiError(400, 'validation_failed', 'the request is invalid', problems);
   return instance;

@@ -1,0 +1,79 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { sealBatch, type ThreadState } from '@runledger/domain';
+import { SqliteEventStore } from '@runledger/event-store';
+import { Projector } from './projector';
+import { ReadModelStore } from './read-model.store';
+
+const dir = mkdtempSync(join(tmpdir(), 'runledger-projector-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const context = { tenantId: 'acme', runId: 'r1', threadId: 'thread-1' };
+let revision = -1;
+let hash = '';
+
+async function append(log: SqliteEventStore, events: { type: string; data: object }[]) {
+  const sealed = sealBatch(
+    revision < 0 ? null : { revision, hash },
+    context,
+    events.map((e, i) => ({
+      id: `00000000-0000-7000-8000-${String(revision + 1 + i).padStart(12, '0')}`,
+      metadata: {},
+      ...e,
+    })),
+  );
+  const result = await log.append('run-r1', sealed);
+  revision = result.lastRevision;
+  hash = sealed[sealed.length - 1].metadata.hash as string;
+  return result.position;
+}
+
+const say = (n: number) => ({
+  type: 'message.added',
+  data: { messageId: `m${n}`, role: 'user', text: `m${n}` },
+});
+
+describe('the projector', () => {
+  it('reaches the head of a log whose length is a multiple of its yield interval, then follows live', async () => {
+    const log = new SqliteEventStore({ file: join(dir, 'events.db'), synchronous: 'NORMAL' });
+    const readModels = new ReadModelStore(join(dir, 'read-models.db'));
+    await append(log, [
+      { type: 'run.started', data: { threadId: 'thread-1', agent: 'a', source: 'api' } },
+    ]);
+    let head = 0;
+    for (let batch = 0; batch < 4; batch += 1) {
+      head = await append(
+        log,
+        Array.from({ length: batch === 3 ? 499 : 500 }, (_, i) => say(batch * 500 + i)),
+      );
+    }
+    const failures: unknown[] = [];
+    const projector = new Projector(log, readModels, {
+      committed: () => undefined,
+      failed: (e) => failures.push(e),
+    });
+    projector.start();
+    await projector.waitFor(head, 10_000);
+    const live = await append(log, [say(9999)]);
+    await projector.waitFor(live, 5_000);
+    await projector.stop();
+    const state = readModels.thread('acme', 'thread-1') as ThreadState;
+    expect(state.messages).toHaveLength(2000);
+    expect(state.position).toBe(live);
+    expect(readModels.checkpoint()).toBe(live);
+    expect(failures).toEqual([]);
+
+    readModels.clear();
+    const rebuild = new Projector(log, readModels, {
+      committed: () => undefined,
+      failed: (e) => failures.push(e),
+    });
+    rebuild.start();
+    await rebuild.waitFor(live, 10_000);
+    await rebuild.stop();
+    expect(readModels.thread('acme', 'thread-1')).toEqual(state);
+    readModels.close();
+    await log.close();
+  }, 30_000);
+});
