@@ -1,4 +1,4 @@
-/** One jest project per test tier (../shared/STYLE.md): unit, int, e2e. */
+/** One jest project per test tier (../shared/STYLE.md): unit, int, e2e, kafka. */
 const swc = [
   '@swc/jest',
   {
@@ -24,5 +24,15 @@ module.exports = {
     { ...shared, displayName: 'unit', testMatch: ['<rootDir>/{libs,services}/**/*.unit.spec.ts'] },
     { ...shared, displayName: 'int', testMatch: ['<rootDir>/{libs,services}/**/*.int.spec.ts'] },
     { ...shared, displayName: 'e2e', testMatch: ['<rootDir>/test/**/*.e2e.spec.ts'] },
+    // Against a real Kafka broker, which the global setup starts (test/kafka/global-setup.ts)
+    // only when this project is selected: the other tiers never wait for a JVM.
+    {
+      ...shared,
+      displayName: 'kafka',
+      testMatch: ['<rootDir>/{libs,services,test}/**/*.kafka.spec.ts'],
+      globalSetup: '<rootDir>/test/kafka/global-setup.ts',
+      globalTeardown: '<rootDir>/test/kafka/global-teardown.ts',
+      setupFiles: ['<rootDir>/test/kafka/env.ts'],
+    },
   ],
 };

@@ -9,10 +9,20 @@ import os from 'node:os';
 import { httpBench } from './http.bench';
 import { DOC_FILE, loadSections, saveSection, textTable, writeDocument } from './lib/report';
 import type { Bench } from './lib/section';
+import { mirrorBench } from './mirror.bench';
+import { projectionsBench } from './projections.bench';
 import { sizeGateBench } from './size-gate.section';
+import { sseBench } from './sse.bench';
 import { storeBench } from './store.bench';
 
-const BENCHES: readonly Bench[] = [storeBench, httpBench, sizeGateBench];
+const BENCHES: readonly Bench[] = [
+  storeBench,
+  httpBench,
+  sizeGateBench,
+  projectionsBench,
+  sseBench,
+  mirrorBench,
+];
 
 async function main(): Promise<void> {
   const filters = process.argv.slice(2).filter((arg) => arg !== '--');

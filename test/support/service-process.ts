@@ -11,6 +11,8 @@ import { join, resolve } from 'node:path';
 
 export const REPO_ROOT = resolve(__dirname, '..', '..');
 export const SERVICE_MAIN = join(REPO_ROOT, 'dist', 'services', 'api', 'src', 'main.js');
+/** The standalone mirror service (`npm run start:mirror`). */
+export const MIRROR_MAIN = join(REPO_ROOT, 'dist', 'services', 'mirror', 'src', 'main.js');
 
 /** Every variable the service reads (services/api/src/config/config.ts): none leaks in from the runner. */
 const SERVICE_VARIABLES = [
@@ -31,6 +33,14 @@ const SERVICE_VARIABLES = [
   'RATE_LIMIT_COSTLY',
   'MAX_EVENTS_PER_APPEND',
   'LOG_LEVEL',
+  'KAFKA_BROKERS',
+  'KAFKA_TOPIC',
+  'KAFKA_PARTITIONS',
+  'MIRROR_FORMAT',
+  'MIRROR_STALL_MS',
+  'MIRROR_RETRY_MAX_MS',
+  'MIRROR_WATCHDOG_MS',
+  'MIRROR_PORT',
 ];
 
 const READY_LINE = /runledger listening on (http:\/\/\S+)/;
@@ -182,10 +192,10 @@ export interface RunningService {
   kill(signal?: NodeJS.Signals): Promise<Exit>;
 }
 
-export function assertBuilt(): void {
-  if (!existsSync(SERVICE_MAIN)) {
+export function assertBuilt(main = SERVICE_MAIN): void {
+  if (!existsSync(main)) {
     throw new Error(
-      `${SERVICE_MAIN} does not exist: the e2e tests run the built service. ` +
+      `${main} does not exist: the e2e tests run the built service. ` +
         'Build it first with `npm run build` (`npm test` and `npm run test:e2e` do so).',
     );
   }
@@ -212,16 +222,19 @@ export function freePort(host = '127.0.0.1'): Promise<number> {
   });
 }
 
-/** Spawns the built service with exactly the given service variables; does not wait for it. */
-export function spawnService(env: ServiceEnv): ServiceProcess {
-  assertBuilt();
+/**
+ * Spawns the built service (the api, or `main`) with exactly the given service variables;
+ * does not wait for it.
+ */
+export function spawnService(env: ServiceEnv, main = SERVICE_MAIN): ServiceProcess {
+  assertBuilt(main);
   const childEnv: NodeJS.ProcessEnv = { ...process.env };
   for (const name of SERVICE_VARIABLES) delete childEnv[name];
   for (const [name, value] of Object.entries(env)) {
     if (value === undefined) delete childEnv[name];
     else childEnv[name] = value;
   }
-  const child = spawn(process.execPath, [SERVICE_MAIN], {
+  const child = spawn(process.execPath, [main], {
     cwd: REPO_ROOT,
     env: childEnv,
     stdio: ['ignore', 'pipe', 'pipe'],

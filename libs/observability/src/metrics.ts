@@ -78,6 +78,78 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly sseClients = new Gauge({
+    name: 'runledger_sse_clients',
+    help: 'Server-Sent Events streams open now (run and thread streams)',
+    registers: [this.registry],
+  });
+
+  readonly sseOverflows = new Counter({
+    name: 'runledger_sse_overflows_total',
+    help: 'SSE clients sent `overflow` and closed because their socket fell SSE_MAX_BUFFER events behind',
+    registers: [this.registry],
+  });
+
+  readonly mirrorPublished = new Counter({
+    name: 'runledger_mirror_published_events_total',
+    help: 'Run events the Kafka broker acknowledged (re-drives of parked events included)',
+    registers: [this.registry],
+  });
+
+  readonly mirrorFailures = new Counter({
+    name: 'runledger_mirror_publish_failures_total',
+    help: 'Failed publish attempts to Kafka; each is retried with backoff, nothing is skipped',
+    registers: [this.registry],
+  });
+
+  readonly mirrorRetries = new Counter({
+    name: 'runledger_mirror_publish_retries_total',
+    help: 'Publish attempts scheduled again after a failure, plus re-drives of parked events',
+    registers: [this.registry],
+  });
+
+  readonly mirrorParked = new Counter({
+    name: 'runledger_mirror_parked_events_total',
+    help: 'Run events parked because they cannot be encoded or the broker refuses them as they are',
+    registers: [this.registry],
+  });
+
+  readonly mirrorParkedNow = new Gauge({
+    name: 'runledger_mirror_parked_events',
+    help: 'Run events parked and not yet re-driven',
+    registers: [this.registry],
+  });
+
+  readonly mirrorResubscriptions = new Counter({
+    name: 'runledger_mirror_resubscriptions_total',
+    help: 'Times the mirror followed the log again from its checkpoint (stalled or failed subscription)',
+    registers: [this.registry],
+  });
+
+  readonly mirrorPosition = new Gauge({
+    name: 'runledger_mirror_position',
+    help: 'Log position of the last run event the broker acknowledged (or that was parked)',
+    registers: [this.registry],
+  });
+
+  readonly mirrorLagEvents = new Gauge({
+    name: 'runledger_mirror_lag_events',
+    help: 'Log head position minus the mirror position while run events wait; 0 when caught up',
+    registers: [this.registry],
+  });
+
+  readonly mirrorLagSeconds = new Gauge({
+    name: 'runledger_mirror_lag_seconds',
+    help: 'How long the oldest run event not yet acknowledged by the broker has waited; 0 when caught up',
+    registers: [this.registry],
+  });
+
+  readonly mirrorUp = new Gauge({
+    name: 'runledger_mirror_publishing_ok',
+    help: '1 while publishing to Kafka succeeds, 0 while it fails (see the failures counter)',
+    registers: [this.registry],
+  });
+
   readonly httpDuration = new Histogram({
     name: 'runledger_http_request_duration_seconds',
     help: 'HTTP request latency, by method, route and status',

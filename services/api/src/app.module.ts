@@ -1,16 +1,18 @@
 /**
  * Composes the api service: configuration, access, the event store, the run log and the
- * operational endpoints.
+ * operational endpoints; and the Kafka mirror when KAFKA_BROKERS is set.
  */
 import { Module, type DynamicModule } from '@nestjs/common';
 import { APP_FILTER, APP_GUARD } from '@nestjs/core';
 import { EventStoreModule, openEventStore } from '@runledger/event-store';
-import { Metrics } from '@runledger/observability';
+import { ObservabilityModule } from '@runledger/observability';
 import { AccessGuard, AccessPolicy } from './auth/access.guard';
 import { ApiKeyTable } from './auth/api-keys';
 import { APP_CONFIG, type ApiKey, type AppConfig } from './config/config';
 import { HealthController } from './health/health.controller';
 import { ErrorFilter } from './http/error.filter';
+import { MirrorAdminController } from './mirror/mirror-admin.controller';
+import { mirrorImports } from './mirror/mirror.imports';
 import { RATE_LIMIT_PROVIDERS } from './limits/rate-limit.guard';
 import { BodyRejections } from './runs/body-rejections';
 import { RunLogService } from './runs/run-log.service';
@@ -21,6 +23,8 @@ import { PolicyService } from './commands/policy.service';
 import { ProjectionsService } from './threads/projections.service';
 import { ThreadsController } from './threads/threads.controller';
 import { ThreadsService } from './threads/threads.service';
+import { SseFanout } from './streams/sse-fanout.service';
+import { StreamsController } from './streams/streams.controller';
 
 @Module({})
 export class AppModule {
@@ -31,12 +35,20 @@ export class AppModule {
         EventStoreModule.forRootAsync({
           useFactory: () => openEventStore(config),
         }),
+        ObservabilityModule,
+        ...mirrorImports(config), // the Kafka mirror, when KAFKA_BROKERS is set
       ],
-      controllers: [RunsController, ThreadsController, CommandsController, HealthController],
+      controllers: [
+        RunsController,
+        ThreadsController,
+        CommandsController,
+        HealthController,
+        StreamsController,
+        MirrorAdminController,
+      ],
       providers: [
         { provide: APP_CONFIG, useValue: config },
         { provide: ApiKeyTable, useValue: new ApiKeyTable(keys) },
-        Metrics,
         AccessPolicy,
         RunLogService,
         ProjectionsService,
@@ -44,6 +56,7 @@ export class AppModule {
         PolicyService,
         CommandsService,
         BodyRejections,
+        SseFanout,
         { provide: APP_GUARD, useClass: AccessGuard },
         ...RATE_LIMIT_PROVIDERS, // after the AccessGuard: limits need the principal
         { provide: APP_FILTER, useClass: ErrorFilter },

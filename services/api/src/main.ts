@@ -7,6 +7,7 @@ import { ConsoleLogger } from '@nestjs/common';
 import { createApp } from './app';
 import { provisionDevKey } from './auth/api-keys';
 import { ConfigError, loadConfig, type AppConfig } from './config/config';
+import { mirrorStatusLine } from './mirror/mirror.imports';
 
 const LEVELS = ['error', 'warn', 'log', 'debug', 'verbose'] as const;
 
@@ -35,6 +36,7 @@ async function main(): Promise<void> {
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
   const store = config.eventStoreUrl ? 'EventStoreDB' : `SQLite in ${config.dataDir}`;
   console.log(`runledger listening on ${url} (store: ${store}; API docs: ${url}/docs)`);
+  console.log(mirrorStatusLine(config));
   if (dev) {
     console.log(
       `authenticate with: Authorization: Bearer ${dev.key.key}  (development key for tenant "dev", all scopes, kept in ${dev.file}; set RUNLEDGER_API_KEYS to use your own)`,

@@ -112,6 +112,63 @@ export class EnvironmentSchema {
     message: 'RATE_LIMIT_COSTLY must be an integer of at least 1, at most RATE_LIMIT_CALLS',
   })
   RATE_LIMIT_COSTLY = 6;
+
+  @Transform(toInt)
+  @IsInt({ message: 'SSE_MAX_BUFFER must be an integer between 1 and 100000' })
+  @Min(1, { message: 'SSE_MAX_BUFFER must be an integer between 1 and 100000' })
+  @Max(100_000, { message: 'SSE_MAX_BUFFER must be an integer between 1 and 100000' })
+  SSE_MAX_BUFFER = 1000;
+
+  @Transform(toInt)
+  @IsInt({ message: 'SSE_HEARTBEAT_MS must be an integer between 10 and 300000' })
+  @Min(10, { message: 'SSE_HEARTBEAT_MS must be an integer between 10 and 300000' })
+  @Max(300_000, { message: 'SSE_HEARTBEAT_MS must be an integer between 10 and 300000' })
+  SSE_HEARTBEAT_MS = 15_000;
+
+  @IsOptional()
+  @Matches(/^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$/, {
+    message: 'KAFKA_BROKERS must be a comma-separated list of host:port',
+  })
+  KAFKA_BROKERS?: string;
+
+  @IsString()
+  @Matches(/^[A-Za-z0-9._-]{1,249}$/, {
+    message: 'KAFKA_TOPIC must be 1 to 249 characters among letters, digits, ".", "_" and "-"',
+  })
+  KAFKA_TOPIC = 'runledger.run-events';
+
+  @Transform(toInt)
+  @IsInt({ message: 'KAFKA_PARTITIONS must be an integer between 1 and 1000' })
+  @Min(1, { message: 'KAFKA_PARTITIONS must be an integer between 1 and 1000' })
+  @Max(1000, { message: 'KAFKA_PARTITIONS must be an integer between 1 and 1000' })
+  KAFKA_PARTITIONS = 6;
+
+  @IsIn(['protobuf', 'json'], { message: 'MIRROR_FORMAT must be protobuf or json' })
+  MIRROR_FORMAT: 'protobuf' | 'json' = 'protobuf';
+
+  @Transform(toInt)
+  @IsInt({ message: 'MIRROR_STALL_MS must be an integer between 100 and 3600000' })
+  @Min(100, { message: 'MIRROR_STALL_MS must be an integer between 100 and 3600000' })
+  @Max(3_600_000, { message: 'MIRROR_STALL_MS must be an integer between 100 and 3600000' })
+  MIRROR_STALL_MS = 30_000;
+
+  @Transform(toInt)
+  @IsInt({ message: 'MIRROR_RETRY_MAX_MS must be an integer between 10 and 600000' })
+  @Min(10, { message: 'MIRROR_RETRY_MAX_MS must be an integer between 10 and 600000' })
+  @Max(600_000, { message: 'MIRROR_RETRY_MAX_MS must be an integer between 10 and 600000' })
+  MIRROR_RETRY_MAX_MS = 5000;
+
+  @Transform(toInt)
+  @IsInt({ message: 'MIRROR_WATCHDOG_MS must be an integer between 100 and 600000' })
+  @Min(100, { message: 'MIRROR_WATCHDOG_MS must be an integer between 100 and 600000' })
+  @Max(600_000, { message: 'MIRROR_WATCHDOG_MS must be an integer between 100 and 600000' })
+  MIRROR_WATCHDOG_MS = 5000;
+
+  @Transform(toInt)
+  @IsInt({ message: 'MIRROR_PORT must be an integer between 0 and 65535' })
+  @Min(0, { message: 'MIRROR_PORT must be an integer between 0 and 65535' })
+  @Max(65535, { message: 'MIRROR_PORT must be an integer between 0 and 65535' })
+  MIRROR_PORT = 3001;
 }
 
 const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
@@ -132,6 +189,16 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'RATE_LIMIT_WINDOW_MS',
   'RATE_LIMIT_CALLS',
   'RATE_LIMIT_COSTLY',
+  'SSE_MAX_BUFFER',
+  'SSE_HEARTBEAT_MS',
+  'KAFKA_BROKERS',
+  'KAFKA_TOPIC',
+  'KAFKA_PARTITIONS',
+  'MIRROR_FORMAT',
+  'MIRROR_STALL_MS',
+  'MIRROR_RETRY_MAX_MS',
+  'MIRROR_WATCHDOG_MS',
+  'MIRROR_PORT',
 ];
 
 export type Scope = 'append' | 'read' | 'admin';
@@ -168,6 +235,25 @@ export interface AppConfig {
    * costly ones (a costly call counts against both).
    */
   rateLimit: { windowMs: number; calls: number; costly: number };
+  /**
+   * Server-Sent Events: most events queued for a client whose socket is not draining before
+   * it is sent `overflow` and closed, and how often an idle stream gets a heartbeat comment.
+   */
+  sse: { maxBuffer: number; heartbeatMs: number };
+  /**
+   * The Kafka mirror. `brokers` undefined: publishing is off (the api says so at start-up;
+   * `npm run start:mirror` refuses to start). `port`: HTTP of the standalone mirror service.
+   */
+  mirror: {
+    brokers?: string[];
+    topic: string;
+    partitions: number;
+    format: 'protobuf' | 'json';
+    stallMs: number;
+    retryMaxMs: number;
+    watchdogMs: number;
+    port: number;
+  };
 }
 
 export class ConfigError extends Error {
@@ -255,6 +341,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
       windowMs: parsed.RATE_LIMIT_WINDOW_MS,
       calls: parsed.RATE_LIMIT_CALLS,
       costly: parsed.RATE_LIMIT_COSTLY,
+    },
+    sse: { maxBuffer: parsed.SSE_MAX_BUFFER, heartbeatMs: parsed.SSE_HEARTBEAT_MS },
+    mirror: {
+      brokers: parsed.KAFKA_BROKERS?.split(','),
+      topic: parsed.KAFKA_TOPIC,
+      partitions: parsed.KAFKA_PARTITIONS,
+      format: parsed.MIRROR_FORMAT,
+      stallMs: parsed.MIRROR_STALL_MS,
+      retryMaxMs: parsed.MIRROR_RETRY_MAX_MS,
+      watchdogMs: parsed.MIRROR_WATCHDOG_MS,
+      port: parsed.MIRROR_PORT,
     },
   };
 }

@@ -28,6 +28,17 @@ describe('configuration', () => {
       maxEventsPerAppend: 1000,
       logLevel: 'log',
       rateLimit: { windowMs: 10_000, calls: 30, costly: 6 },
+      sse: { maxBuffer: 1000, heartbeatMs: 15_000 },
+      mirror: {
+        brokers: undefined,
+        topic: 'runledger.run-events',
+        partitions: 6,
+        format: 'protobuf',
+        stallMs: 30_000,
+        retryMaxMs: 5000,
+        watchdogMs: 5000,
+        port: 3001,
+      },
     });
   });
 
@@ -46,6 +57,16 @@ describe('configuration', () => {
       RATE_LIMIT_WINDOW_MS: '60000',
       RATE_LIMIT_CALLS: '100',
       RATE_LIMIT_COSTLY: '10',
+      SSE_MAX_BUFFER: '50',
+      SSE_HEARTBEAT_MS: '500',
+      KAFKA_BROKERS: 'kafka-1:9092,10.0.0.2:9093',
+      KAFKA_TOPIC: 'audit.run-events',
+      KAFKA_PARTITIONS: '12',
+      MIRROR_FORMAT: 'json',
+      MIRROR_STALL_MS: '1000',
+      MIRROR_RETRY_MAX_MS: '200',
+      MIRROR_WATCHDOG_MS: '250',
+      MIRROR_PORT: '0',
     });
     expect(config).toMatchObject({
       port: 8080,
@@ -58,6 +79,17 @@ describe('configuration', () => {
       maxEventsPerAppend: 10,
       logLevel: 'debug',
       rateLimit: { windowMs: 60_000, calls: 100, costly: 10 },
+      sse: { maxBuffer: 50, heartbeatMs: 500 },
+      mirror: {
+        brokers: ['kafka-1:9092', '10.0.0.2:9093'],
+        topic: 'audit.run-events',
+        partitions: 12,
+        format: 'json',
+        stallMs: 1000,
+        retryMaxMs: 200,
+        watchdogMs: 250,
+        port: 0,
+      },
     });
   });
 
@@ -81,6 +113,17 @@ describe('configuration', () => {
     ['RATE_LIMIT_CALLS', '100001'],
     ['RATE_LIMIT_COSTLY', '0'],
     ['RATE_LIMIT_COSTLY', '31'],
+    ['SSE_MAX_BUFFER', '0'],
+    ['SSE_HEARTBEAT_MS', '5'],
+    ['KAFKA_BROKERS', 'localhost'],
+    ['KAFKA_BROKERS', 'a:1, b:2'],
+    ['KAFKA_TOPIC', 'run events'],
+    ['KAFKA_PARTITIONS', '0'],
+    ['MIRROR_FORMAT', 'avro'],
+    ['MIRROR_STALL_MS', '10'],
+    ['MIRROR_RETRY_MAX_MS', '1'],
+    ['MIRROR_WATCHDOG_MS', '50'],
+    ['MIRROR_PORT', '-1'],
   ])('refuses %s=%s, naming the variable and its rule', (name, value) => {
     const problems = problemsOf({ [name]: value });
     expect(problems).toHaveLength(1);

@@ -1,7 +1,8 @@
-import { Controller, Get, Header, HttpCode, Inject, Res } from '@nestjs/common';
+import { Controller, Get, Header, HttpCode, Inject, Optional, Res } from '@nestjs/common';
 import { ApiExcludeController } from '@nestjs/swagger';
 import type { FastifyReply } from 'fastify';
 import { EVENT_STORE, type EventStore } from '@runledger/event-store';
+import { MirrorService } from '@runledger/mirror';
 import { Metrics } from '@runledger/observability';
 import { Public } from '../auth/access.decorators';
 import { ProjectionsService } from '../threads/projections.service';
@@ -14,6 +15,8 @@ export class HealthController {
     @Inject(EVENT_STORE) private readonly store: EventStore,
     private readonly projections: ProjectionsService,
     private readonly metrics: Metrics,
+    /** Present when this process runs the Kafka mirror. */
+    @Optional() private readonly mirror?: MirrorService,
   ) {}
 
   @Get('health/live')
@@ -31,12 +34,14 @@ export class HealthController {
       (error: unknown) => `unreachable: ${String(error)}`,
     );
     const projector = this.projections.problem() ?? 'ok';
-    const ready = store === 'ok' && projector === 'ok';
+    const mirror = this.mirror ? (this.mirror.problem() ?? 'ok') : 'off';
+    const ready = store === 'ok' && projector === 'ok' && (mirror === 'ok' || mirror === 'off');
     if (!ready) void reply.status(503);
     return {
       status: ready ? 'ready' : 'not_ready',
-      checks: { store, projector },
+      checks: { store, projector, mirror },
       projectorPosition: this.projections.position(),
+      ...(this.mirror ? { mirrorPosition: this.mirror.position() } : {}),
     };
   }
 

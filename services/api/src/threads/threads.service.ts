@@ -67,6 +67,11 @@ export class ThreadsService {
     return result;
   }
 
+  /** The thread's state if the tenant may see it, else 404: for routes that only need access. */
+  async require(tenantId: string, threadId: string, minPosition?: number): Promise<ThreadState> {
+    return this.load(tenantId, threadId, minPosition);
+  }
+
   private async load(
     tenantId: string,
     threadId: string,

@@ -1,0 +1,190 @@
+/**
+ * The Kafka sink, with kafkajs: an idempotent producer (acks from all in-sync replicas, one
+ * request in flight) on topic KAFKA_TOPIC, created with KAFKA_PARTITIONS when missing.
+ * Connects lazily inside `publish`, so a broker that is down at start-up is one more publish
+ * failure for the mirror to retry, not a crash.
+ */
+import {
+  Kafka,
+  logLevel,
+  Partitioners,
+  type Admin,
+  type LogEntry,
+  type Producer,
+  type logCreator,
+} from 'kafkajs';
+import { RejectedMessageError, type EventSink } from './event-sink.port';
+import type { MirrorMessage } from './run-event.codec';
+
+export interface KafkaSinkSettings {
+  brokers: readonly string[];
+  topic: string;
+  partitions: number;
+  clientId?: string;
+  /** How long one produce request may wait for the broker before it counts as failed. */
+  requestTimeoutMs?: number;
+  /** Where kafkajs's own warnings and errors go (default: nowhere; the mirror logs its failures). */
+  log?: (level: 'error' | 'warn', message: string, extra: Record<string, unknown>) => void;
+}
+
+/**
+ * Large enough for an event at EVENT_MAX_BYTES (1 MiB by default) plus its envelope; the
+ * broker's own default (1 MiB) would refuse such an event.
+ */
+export const TOPIC_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+/** Protocol errors that say "this record, as it is, will never be accepted". */
+const REFUSALS = new Set([
+  'MESSAGE_TOO_LARGE',
+  'RECORD_LIST_TOO_LARGE',
+  'INVALID_RECORD',
+  'CORRUPT_MESSAGE',
+]);
+/** Protocol errors after which the idempotent producer's sequence state is void: start a new one. */
+const PRODUCER_RESETS = new Set([
+  'OUT_OF_ORDER_SEQUENCE_NUMBER',
+  'UNKNOWN_PRODUCER_ID',
+  'INVALID_PRODUCER_EPOCH',
+  'INVALID_PRODUCER_ID_MAPPING',
+]);
+
+/** The protocol error type anywhere in a kafkajs error's cause chain. */
+export function kafkaErrorType(error: unknown): string | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && current instanceof Error; depth += 1) {
+    const type = (current as { type?: unknown }).type;
+    if (typeof type === 'string') return type;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+export class KafkaEventSink implements EventSink {
+  private readonly kafka: Kafka;
+  private producer: Producer | null = null;
+  private connecting: Promise<Producer> | null = null;
+  private topicReady = false;
+  /** Publishes run one after another: the idempotent producer's sequence numbers need it. */
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly settings: KafkaSinkSettings) {
+    const log = settings.log;
+    const creator: logCreator =
+      () =>
+      ({ level, log: entry }: LogEntry) => {
+        const { message, ...extra } = entry;
+        // Said once per producer because the mirror limits kafkajs's retries on purpose: its
+        // own loop retries forever, counting and logging each failure.
+        if (!log || message.startsWith('Limiting retries for the idempotent producer')) return;
+        log(level === logLevel.ERROR ? 'error' : 'warn', `kafkajs: ${message}`, extra);
+      };
+    this.kafka = new Kafka({
+      clientId: settings.clientId ?? 'runledger-mirror',
+      brokers: [...settings.brokers],
+      logLevel: logLevel.WARN,
+      logCreator: creator,
+      connectionTimeout: 3000,
+      requestTimeout: settings.requestTimeoutMs ?? 30_000,
+      // The mirror retries with its own backoff, counting and logging each failure; kafkajs
+      // only smooths over a leader move or a dropped connection.
+      retry: { retries: 2, initialRetryTime: 200, maxRetryTime: 2000 },
+    });
+  }
+
+  publish(messages: readonly MirrorMessage[]): Promise<void> {
+    const run = this.queue.then(() => this.send(messages));
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  async prepare(): Promise<void> {
+    await this.connect();
+  }
+
+  async close(): Promise<void> {
+    await this.queue;
+    const producer = this.producer ?? (await this.connecting?.catch(() => null));
+    this.producer = null;
+    this.connecting = null;
+    await producer?.disconnect().catch(() => undefined);
+  }
+
+  private async send(messages: readonly MirrorMessage[]): Promise<void> {
+    if (messages.length === 0) return;
+    const producer = await this.connect();
+    try {
+      await producer.send({
+        topic: this.settings.topic,
+        acks: -1,
+        timeout: this.settings.requestTimeoutMs ?? 30_000,
+        messages: messages.map((m) => ({ key: m.key, value: m.value, headers: m.headers })),
+      });
+    } catch (error) {
+      const type = kafkaErrorType(error);
+      if (type !== undefined && REFUSALS.has(type)) {
+        throw new RejectedMessageError(
+          type,
+          messages.map((m) => m.eventId),
+        );
+      }
+      if (type !== undefined && PRODUCER_RESETS.has(type)) await this.dropProducer();
+      throw error;
+    }
+  }
+
+  private async connect(): Promise<Producer> {
+    if (this.producer) return this.producer;
+    this.connecting ??= this.open().finally(() => (this.connecting = null));
+    this.producer = await this.connecting;
+    return this.producer;
+  }
+
+  private async open(): Promise<Producer> {
+    if (!this.topicReady) {
+      await this.ensureTopic();
+      this.topicReady = true;
+    }
+    const producer = this.kafka.producer({
+      idempotent: true,
+      maxInFlightRequests: 1,
+      // Java's partitioner (murmur2 of the key): a Java producer of the same keys agrees.
+      createPartitioner: Partitioners.DefaultPartitioner,
+      allowAutoTopicCreation: false,
+    });
+    try {
+      await producer.connect();
+    } catch (error) {
+      await producer.disconnect().catch(() => undefined);
+      throw error;
+    }
+    return producer;
+  }
+
+  private async ensureTopic(): Promise<void> {
+    const admin: Admin = this.kafka.admin();
+    await admin.connect();
+    try {
+      const topics = await admin.listTopics();
+      if (topics.includes(this.settings.topic)) return;
+      // createTopics answers false (not an error) when another mirror created it first.
+      await admin.createTopics({
+        waitForLeaders: true,
+        topics: [
+          {
+            topic: this.settings.topic,
+            numPartitions: this.settings.partitions,
+            configEntries: [{ name: 'max.message.bytes', value: String(TOPIC_MAX_MESSAGE_BYTES) }],
+          },
+        ],
+      });
+    } finally {
+      await admin.disconnect().catch(() => undefined);
+    }
+  }
+
+  private async dropProducer(): Promise<void> {
+    const producer = this.producer;
+    this.producer = null;
+    await producer?.disconnect().catch(() => undefined);
+  }
+}

@@ -1,0 +1,298 @@
+/**
+ * The follower's rules on a real SQLite log and mirror.db, with a scripted sink standing in
+ * for the broker (the real broker: services/api/src/mirror/mirror.kafka.spec.ts): failures
+ * are retried and never skipped, the checkpoint moves only on acknowledgement, unencodable
+ * events are parked while the rest flows, and a stalled subscription is noticed.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  SqliteEventStore,
+  type EventStoreReader,
+  type RecordedEvent,
+  type SubscribeOptions,
+  type Subscription,
+} from '@runledger/event-store';
+import { RejectedMessageError, type EventSink } from './event-sink.port';
+import {
+  MirrorFollower,
+  StillParkedError,
+  type MirrorObserver,
+  type PublishFailure,
+} from './mirror.follower';
+import { MirrorStore, type ParkRequest } from './mirror.store';
+import type { MirrorMessage } from './run-event.codec';
+
+class ScriptedSink implements EventSink {
+  readonly acknowledged: MirrorMessage[] = [];
+  /** Errors to throw on the next publishes, in order. */
+  readonly failures: unknown[] = [];
+  calls = 0;
+
+  async publish(messages: readonly MirrorMessage[]): Promise<void> {
+    this.calls += 1;
+    const failure = this.failures.shift();
+    if (failure !== undefined) throw failure;
+    this.acknowledged.push(...messages);
+  }
+
+  async close(): Promise<void> {}
+}
+
+class RecordingObserver implements MirrorObserver {
+  readonly failures: PublishFailure[] = [];
+  readonly parkedEvents: ParkRequest[] = [];
+  readonly resubscriptions: string[] = [];
+  recoveries = 0;
+  published(): void {}
+  publishFailed(failure: PublishFailure): void {
+    this.failures.push(failure);
+  }
+  recovered(): void {
+    this.recoveries += 1;
+  }
+  parked(event: ParkRequest): void {
+    this.parkedEvents.push(event);
+  }
+  resubscribed(reason: string): void {
+    this.resubscriptions.push(reason);
+  }
+}
+
+let dir: string;
+let log: SqliteEventStore;
+let store: MirrorStore;
+const followers: MirrorFollower[] = [];
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'runledger-mirror-'));
+  log = new SqliteEventStore({ file: join(dir, 'runledger.db'), synchronous: 'NORMAL' });
+  store = new MirrorStore(join(dir, 'mirror.db'));
+});
+afterEach(async () => {
+  for (const follower of followers.splice(0)) await follower.stop();
+  await log.close();
+  store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function follow(
+  sink: EventSink,
+  observer: MirrorObserver,
+  reader: EventStoreReader = log,
+  options: Partial<ConstructorParameters<typeof MirrorFollower>[4]> = {},
+): MirrorFollower {
+  const follower = new MirrorFollower(reader, store, sink, observer, {
+    format: 'protobuf',
+    stallMs: 50,
+    retryInitialMs: 5,
+    retryMaxMs: 20,
+    watchdogMs: 60_000,
+    ...options,
+  });
+  followers.push(follower);
+  follower.start();
+  return follower;
+}
+
+async function appendRun(runId: string, count: number, tenantId: string | null = 'tenant-a') {
+  const metadata = tenantId ? { tenantId, runId, threadId: 't' } : { runId };
+  await log.append(
+    `run-${runId}`,
+    Array.from({ length: count }, (_, i) => ({
+      id: `${runId}-${i}`,
+      type: 'message.added',
+      data: { messageId: `m${i}`, role: 'user', text: `${i}` },
+      metadata,
+    })),
+  );
+}
+
+async function until(condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+describe('MirrorFollower', () => {
+  it('retries a failing sink with capped backoff, never skipping, and moves the checkpoint only on acknowledgement', async () => {
+    const sink = new ScriptedSink();
+    const observer = new RecordingObserver();
+    sink.failures.push(...Array.from({ length: 8 }, () => new Error('broker unreachable')));
+    await appendRun('r1', 20);
+    const follower = follow(sink, observer);
+
+    await until(() => observer.failures.length >= 3);
+    expect(store.checkpoint()).toBe(0);
+    expect(follower.current()).toBe(0);
+    await until(() => follower.problem() !== null);
+    expect(follower.problem()).toMatch(/stuck on event r1-0 at position 1.*broker unreachable/);
+
+    await until(() => sink.acknowledged.length === 20);
+    expect(sink.acknowledged.map((m) => m.eventId)).toEqual(
+      Array.from({ length: 20 }, (_, i) => `r1-${i}`),
+    );
+    expect(observer.failures).toHaveLength(8);
+    expect(observer.failures.map((f) => f.attempt)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    expect(Math.max(...observer.failures.map((f) => f.retryInMs))).toBe(20);
+    expect(observer.failures.every((f) => f.eventId === 'r1-0' && f.position === 1)).toBe(true);
+    expect(observer.recoveries).toBe(1);
+    expect(follower.problem()).toBeNull();
+    expect(store.checkpoint()).toBe(20);
+  });
+
+  it('resumes from the stored checkpoint', async () => {
+    await appendRun('r1', 10);
+    const first = follow(new ScriptedSink(), new RecordingObserver());
+    await until(() => store.checkpoint() === 10);
+    await first.stop();
+    await appendRun('r2', 5);
+    const sink = new ScriptedSink();
+    follow(sink, new RecordingObserver());
+    await until(() => sink.acknowledged.length === 5);
+    expect(sink.acknowledged.map((m) => m.eventId)).toEqual([0, 1, 2, 3, 4].map((i) => `r2-${i}`));
+  });
+
+  it('survives a checkpoint commit that fails: the batch is published again, nothing is lost', async () => {
+    const failing = new MirrorStore(join(dir, 'failing-mirror.db'));
+    let refusals = 2;
+    const commit = failing.commit.bind(failing);
+    failing.commit = (parked, position, at) => {
+      if (refusals > 0) {
+        refusals -= 1;
+        throw new Error('SQLITE_FULL: database or disk is full');
+      }
+      commit(parked, position, at);
+    };
+    const sink = new ScriptedSink();
+    const observer = new RecordingObserver();
+    await appendRun('r1', 4);
+    const follower = new MirrorFollower(log, failing, sink, observer, {
+      format: 'protobuf',
+      stallMs: 50,
+      retryInitialMs: 5,
+      retryMaxMs: 20,
+    });
+    followers.push(follower);
+    follower.start();
+    await until(() => failing.checkpoint() === 4);
+    expect(observer.failures.map((f) => String(f.error))).toEqual([
+      expect.stringContaining('SQLITE_FULL'),
+      expect.stringContaining('SQLITE_FULL'),
+    ]);
+    expect(new Set(sink.acknowledged.map((m) => m.eventId))).toEqual(
+      new Set(['r1-0', 'r1-1', 'r1-2', 'r1-3']),
+    );
+    expect(follower.problem()).toBeNull();
+    await follower.stop();
+    failing.close();
+  });
+
+  it('parks an event it cannot encode, in the same commit as the checkpoint, and the events after it flow', async () => {
+    const sink = new ScriptedSink();
+    const observer = new RecordingObserver();
+    await appendRun('r1', 3);
+    await appendRun('bad', 1, null);
+    await appendRun('r2', 3);
+    const follower = follow(sink, observer);
+    await until(() => sink.acknowledged.length === 6 && store.checkpoint() === 7);
+    expect(observer.parkedEvents).toEqual([
+      expect.objectContaining({ eventId: 'bad-0', position: 4, tenantId: null }),
+    ]);
+    expect(store.listParked(null)).toEqual([
+      expect.objectContaining({
+        eventId: 'bad-0',
+        reason: 'unencodable: metadata.tenantId is missing',
+        redrivenAt: null,
+      }),
+    ]);
+    // Still unencodable: a retry says so and keeps it parked, counting the attempt.
+    await expect(follower.retryParked('bad-0')).rejects.toBeInstanceOf(StillParkedError);
+    expect(store.parked('bad-0')?.attempts).toBe(2);
+  });
+
+  it('parks only the message the broker refuses out of a refused batch, and re-drives it', async () => {
+    const sink = new ScriptedSink();
+    const observer = new RecordingObserver();
+    await appendRun('r1', 5);
+    // A broker that refuses any batch holding r1-2 (a record over its limit) until redrive.
+    let redrive = false;
+    const refuseR12: EventSink = {
+      publish: async (messages) => {
+        if (!redrive && messages.some((m) => m.eventId === 'r1-2')) {
+          throw new RejectedMessageError('MESSAGE_TOO_LARGE', ['r1-2']);
+        }
+        return sink.publish(messages);
+      },
+      close: async () => {},
+    };
+    const follower = follow(refuseR12, observer);
+    await until(() => store.checkpoint() === 5);
+    expect(sink.acknowledged.map((m) => m.eventId)).toEqual(['r1-0', 'r1-1', 'r1-3', 'r1-4']);
+    expect(store.listParked('tenant-a').map((p) => p.eventId)).toEqual(['r1-2']);
+    expect(store.listParked('tenant-b')).toEqual([]);
+
+    redrive = true;
+    const result = await follower.retryParked('r1-2');
+    expect(result.redrivenAt).not.toBeNull();
+    expect(sink.acknowledged.map((m) => m.eventId).pop()).toBe('r1-2');
+    expect(store.listParked(null)).toEqual([]);
+  });
+
+  it('notices a subscription that went quiet while run events wait, and resubscribes from the checkpoint', async () => {
+    // A subscription that delivers its first 3 events, then nothing (the stall reported of
+    // event-store subscriptions); the second subscription works.
+    let subscriptions = 0;
+    const stalling: EventStoreReader = {
+      readStream: (...args) => log.readStream(...args),
+      readAll: (...args) => log.readAll(...args),
+      headPosition: () => log.headPosition(),
+      subscribeToAll: (options?: SubscribeOptions): Subscription => {
+        subscriptions += 1;
+        const inner = log.subscribeToAll(options);
+        if (subscriptions > 1) return inner;
+        const iterator = inner[Symbol.asyncIterator]();
+        let given = 0;
+        let release: () => void = () => {};
+        return {
+          [Symbol.asyncIterator]: () => ({
+            next: async (): Promise<IteratorResult<RecordedEvent>> => {
+              if (given >= 3) {
+                await new Promise<void>((resolve) => (release = resolve));
+                return { done: true, value: undefined };
+              }
+              given += 1;
+              return iterator.next();
+            },
+          }),
+          close: async () => {
+            release();
+            await inner.close();
+          },
+        };
+      },
+    };
+    const sink = new ScriptedSink();
+    const observer = new RecordingObserver();
+    await appendRun('r1', 3);
+    const follower = follow(sink, observer, stalling);
+    await until(() => store.checkpoint() === 3);
+    await appendRun('r1b', 4);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(sink.acknowledged).toHaveLength(3);
+    // First look: an undelivered run event is noted; second look, still there: resubscribe.
+    expect(await follower.checkWatchdog()).toBe(false);
+    expect(await follower.checkWatchdog()).toBe(true);
+    expect(observer.resubscriptions).toEqual([expect.stringContaining('position 4')]);
+    await until(() => sink.acknowledged.length === 7);
+    expect(sink.acknowledged.map((m) => m.eventId).slice(3)).toEqual(
+      [0, 1, 2, 3].map((i) => `r1b-${i}`),
+    );
+    // A healthy, caught-up subscription is left alone.
+    expect(await follower.checkWatchdog()).toBe(false);
+    expect(await follower.checkWatchdog()).toBe(false);
+  });
+});

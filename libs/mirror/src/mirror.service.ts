@@ -1,0 +1,212 @@
+/**
+ * Runs the mirror inside a Nest app (the api when KAFKA_BROKERS is set, or services/mirror
+ * alone): opens DATA_DIR/mirror.db and the Kafka sink, follows the log, and turns what the
+ * follower reports into logs (with event ids and positions) and metrics. Answers the
+ * operational questions: is publishing healthy, which events are parked, re-drive one.
+ */
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import { EVENT_STORE, type EventStore } from '@runledger/event-store';
+import { Metrics } from '@runledger/observability';
+import type { EventSink } from './event-sink.port';
+import { KafkaEventSink } from './kafka.event-sink';
+import { MirrorFollower, type MirrorObserver, type PublishFailure } from './mirror.follower';
+import { MirrorStore, type ParkedEvent, type ParkRequest } from './mirror.store';
+import type { MirrorFormat } from './run-event.codec';
+
+export const MIRROR_FILE = 'mirror.db';
+export const MIRROR_SETTINGS = Symbol('MIRROR_SETTINGS');
+const LAG_REFRESH_MS = 1000;
+
+export interface MirrorSettings {
+  dataDir: string;
+  brokers: readonly string[];
+  topic: string;
+  partitions: number;
+  format: MirrorFormat;
+  /** Publishing failing this long turns readiness to not-ready. */
+  stallMs: number;
+  /** Cap of the retry backoff. */
+  retryMaxMs: number;
+  watchdogMs: number;
+  /** Tests substitute a sink; production uses Kafka. */
+  sink?: EventSink;
+}
+
+@Injectable()
+export class MirrorService
+  implements OnApplicationBootstrap, OnApplicationShutdown, MirrorObserver
+{
+  readonly store: MirrorStore;
+  private readonly sink: EventSink;
+  private readonly follower: MirrorFollower;
+  private readonly logger = new Logger('mirror');
+  private lagTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    @Inject(EVENT_STORE) private readonly log: EventStore,
+    @Inject(MIRROR_SETTINGS) private readonly settings: MirrorSettings,
+    private readonly metrics: Metrics,
+  ) {
+    mkdirSync(settings.dataDir, { recursive: true });
+    this.store = new MirrorStore(join(settings.dataDir, MIRROR_FILE));
+    this.sink =
+      settings.sink ??
+      new KafkaEventSink({
+        brokers: settings.brokers,
+        topic: settings.topic,
+        partitions: settings.partitions,
+        log: (level, message, extra) =>
+          level === 'error'
+            ? this.logger.error({ msg: message, ...extra })
+            : this.logger.warn({ msg: message, ...extra }),
+      });
+    this.follower = new MirrorFollower(log, this.store, this.sink, this, {
+      format: settings.format,
+      stallMs: settings.stallMs,
+      retryMaxMs: settings.retryMaxMs,
+      watchdogMs: settings.watchdogMs,
+    });
+  }
+
+  onApplicationBootstrap(): void {
+    this.metrics.mirrorPosition.set(this.follower.current());
+    this.metrics.mirrorParkedNow.set(this.store.parkedCount());
+    this.metrics.mirrorUp.set(1);
+    this.follower.start();
+    // The topic exists from start-up on, so consumers can subscribe before the first event.
+    this.sink.prepare?.().catch((error: unknown) =>
+      this.logger.warn({
+        msg: 'could not reach Kafka at start-up; publishing will retry',
+        error: error instanceof Error ? error.message : String(error),
+      }),
+    );
+    this.logger.log({
+      msg: 'mirroring run events to Kafka',
+      brokers: this.settings.brokers.join(','),
+      topic: this.settings.topic,
+      format: this.settings.format,
+      fromPosition: this.follower.current(),
+    });
+    this.lagTimer = setInterval(() => {
+      this.refreshLag().catch((error: unknown) =>
+        this.logger.warn({ msg: 'could not read the log to measure lag', error: String(error) }),
+      );
+    }, LAG_REFRESH_MS);
+    this.lagTimer.unref();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    if (this.lagTimer) clearInterval(this.lagTimer);
+    await this.follower.stop();
+    await this.sink.close();
+    this.store.close();
+  }
+
+  /** Null while healthy; else why readiness should answer not-ready. */
+  problem(): string | null {
+    return this.follower.problem();
+  }
+
+  position(): number {
+    return this.follower.current();
+  }
+
+  listParked(tenantId: string | null, afterPosition?: number, limit?: number): ParkedEvent[] {
+    return this.store.listParked(tenantId, afterPosition, limit);
+  }
+
+  parkedEvent(eventId: string): ParkedEvent | null {
+    return this.store.parked(eventId);
+  }
+
+  /** Re-drives a parked event; see MirrorFollower.retryParked. */
+  async retryParked(eventId: string): Promise<ParkedEvent> {
+    this.metrics.mirrorRetries.inc();
+    try {
+      const result = await this.follower.retryParked(eventId);
+      this.metrics.mirrorPublished.inc();
+      this.logger.log({
+        msg: 'parked event re-driven',
+        eventId,
+        position: result.position,
+        attempts: result.attempts,
+      });
+      return result;
+    } catch (error) {
+      this.logger.warn({ msg: 'parked event re-drive failed', eventId, error: String(error) });
+      throw error;
+    } finally {
+      this.metrics.mirrorParkedNow.set(this.store.parkedCount());
+    }
+  }
+
+  /** The watchdog's check, run now (tests; an operator's nudge). */
+  checkWatchdog(): Promise<boolean> {
+    return this.follower.checkWatchdog();
+  }
+
+  published(events: number, position: number): void {
+    this.metrics.mirrorPublished.inc(events);
+    this.metrics.mirrorPosition.set(position);
+  }
+
+  publishFailed(failure: PublishFailure): void {
+    this.metrics.mirrorFailures.inc();
+    // Every failure is followed by exactly one more attempt of the same events.
+    this.metrics.mirrorRetries.inc();
+    this.metrics.mirrorUp.set(0);
+    // Every failure is logged: a quiet retry loop is how events went missing unnoticed.
+    this.logger.error({
+      msg: 'publishing to Kafka failed; retrying the same events (nothing is skipped)',
+      eventId: failure.eventId,
+      position: failure.position,
+      batchSize: failure.batchSize,
+      attempt: failure.attempt,
+      retryInMs: failure.retryInMs,
+      error: failure.error instanceof Error ? failure.error.message : String(failure.error),
+    });
+  }
+
+  recovered(failures: number, outageMs: number): void {
+    this.metrics.mirrorUp.set(1);
+    this.logger.log({
+      msg: 'publishing to Kafka works again',
+      failures,
+      outageSeconds: outageMs / 1000,
+      position: this.follower.current(),
+    });
+  }
+
+  parked(event: ParkRequest): void {
+    this.metrics.mirrorParked.inc();
+    this.metrics.mirrorParkedNow.set(this.store.parkedCount());
+    this.logger.error({
+      msg: 'run event parked: it was not published; the events after it still are (re-drive: POST /v1/admin/mirror/parked/{eventId}/retry)',
+      eventId: event.eventId,
+      position: event.position,
+      stream: event.stream,
+      type: event.type,
+      tenantId: event.tenantId,
+      reason: event.reason,
+    });
+  }
+
+  resubscribed(reason: string, fromPosition: number): void {
+    this.metrics.mirrorResubscriptions.inc();
+    this.logger.warn({ msg: 'following the log again from the checkpoint', reason, fromPosition });
+  }
+
+  private async refreshLag(): Promise<void> {
+    const lag = await this.follower.lag();
+    this.metrics.mirrorLagEvents.set(lag.events);
+    this.metrics.mirrorLagSeconds.set(lag.seconds);
+  }
+}

@@ -1,0 +1,184 @@
+/**
+ * The mirror's own SQLite file (DATA_DIR/mirror.db), the same whether the log is SQLite or
+ * EventStoreDB: its checkpoint (the position of the last event the broker acknowledged, or
+ * parked) and its parked events. A parked row and the checkpoint that passes it commit in
+ * one transaction, so an event is never both behind the checkpoint and unrecorded.
+ */
+import Database, { type Database as Db, type Statement } from 'better-sqlite3';
+
+const SCHEMA = `
+  CREATE TABLE IF NOT EXISTS checkpoints (
+    name     TEXT    PRIMARY KEY,
+    position INTEGER NOT NULL
+  );
+  CREATE TABLE IF NOT EXISTS parked (
+    event_id        TEXT    PRIMARY KEY,
+    position        INTEGER NOT NULL,
+    stream          TEXT    NOT NULL,
+    type            TEXT    NOT NULL,
+    tenant_id       TEXT,
+    reason          TEXT    NOT NULL,
+    parked_at       TEXT    NOT NULL,
+    attempts        INTEGER NOT NULL,
+    last_attempt_at TEXT    NOT NULL,
+    redriven_at     TEXT
+  );
+  CREATE INDEX IF NOT EXISTS parked_by_position ON parked (redriven_at, position);
+`;
+
+export const MIRROR_CHECKPOINT = 'kafka';
+
+export interface ParkedEvent {
+  eventId: string;
+  position: number;
+  stream: string;
+  type: string;
+  /** Null when the event carries no tenant stamp (one reason an event cannot be encoded). */
+  tenantId: string | null;
+  reason: string;
+  parkedAt: string;
+  attempts: number;
+  lastAttemptAt: string;
+  /** Set once a retry published it; such rows stay as the record of what happened. */
+  redrivenAt: string | null;
+}
+
+export interface ParkRequest {
+  eventId: string;
+  position: number;
+  stream: string;
+  type: string;
+  tenantId: string | null;
+  reason: string;
+}
+
+interface ParkedRow {
+  event_id: string;
+  position: number;
+  stream: string;
+  type: string;
+  tenant_id: string | null;
+  reason: string;
+  parked_at: string;
+  attempts: number;
+  last_attempt_at: string;
+  redriven_at: string | null;
+}
+
+export class MirrorStore {
+  private readonly db: Db;
+  private readonly statements: {
+    checkpoint: Statement<[string], { position: number }>;
+    saveCheckpoint: Statement<[string, number]>;
+    park: Statement<[string, number, string, string, string | null, string, string, string]>;
+    get: Statement<[string], ParkedRow>;
+    list: Statement<[string | null, string | null, number, number], ParkedRow>;
+    count: Statement<[], { n: number }>;
+    attempt: Statement<[string, string, string]>;
+    redriven: Statement<[string, string, string]>;
+  };
+  private readonly commitTx: (parked: readonly ParkRequest[], position: number, at: string) => void;
+
+  constructor(file: string) {
+    this.db = new Database(file);
+    this.db.pragma('journal_mode = WAL');
+    // A lost tail costs re-publishing (consumers dedupe by id), never a skipped event: the
+    // checkpoint and the parked rows it passes are lost together or kept together.
+    this.db.pragma('synchronous = NORMAL');
+    this.db.exec(SCHEMA);
+    this.statements = {
+      checkpoint: this.db.prepare('SELECT position FROM checkpoints WHERE name = ?'),
+      saveCheckpoint: this.db.prepare(
+        'INSERT INTO checkpoints (name, position) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET position = excluded.position',
+      ),
+      park: this.db.prepare(
+        `INSERT INTO parked (event_id, position, stream, type, tenant_id, reason, parked_at, attempts, last_attempt_at, redriven_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, NULL)
+         ON CONFLICT (event_id) DO UPDATE SET reason = excluded.reason, attempts = attempts + 1,
+           last_attempt_at = excluded.last_attempt_at, redriven_at = NULL`,
+      ),
+      get: this.db.prepare('SELECT * FROM parked WHERE event_id = ?'),
+      list: this.db.prepare(
+        `SELECT * FROM parked WHERE redriven_at IS NULL AND (tenant_id IS ? OR tenant_id IS NULL OR ? IS NULL)
+         AND position > ? ORDER BY position LIMIT ?`,
+      ),
+      count: this.db.prepare('SELECT COUNT(*) AS n FROM parked WHERE redriven_at IS NULL'),
+      attempt: this.db.prepare(
+        'UPDATE parked SET attempts = attempts + 1, reason = ?, last_attempt_at = ? WHERE event_id = ?',
+      ),
+      redriven: this.db.prepare(
+        'UPDATE parked SET attempts = attempts + 1, redriven_at = ?, last_attempt_at = ? WHERE event_id = ?',
+      ),
+    };
+    this.commitTx = this.db.transaction(
+      (parked: readonly ParkRequest[], position: number, at: string) => {
+        for (const p of parked) {
+          this.statements.park.run(
+            p.eventId,
+            p.position,
+            p.stream,
+            p.type,
+            p.tenantId,
+            p.reason,
+            at,
+            at,
+          );
+        }
+        this.statements.saveCheckpoint.run(MIRROR_CHECKPOINT, position);
+      },
+    );
+  }
+
+  checkpoint(): number {
+    return this.statements.checkpoint.get(MIRROR_CHECKPOINT)?.position ?? 0;
+  }
+
+  /** Parks `parked` and moves the checkpoint to `position`, in one transaction. */
+  commit(parked: readonly ParkRequest[], position: number, at: Date = new Date()): void {
+    this.commitTx(parked, position, at.toISOString());
+  }
+
+  parked(eventId: string): ParkedEvent | null {
+    const row = this.statements.get.get(eventId);
+    return row ? toParked(row) : null;
+  }
+
+  /**
+   * Events still parked, oldest first: a tenant's own and those with no tenant stamp (they
+   * name no tenant's data); `tenantId` null lists all.
+   */
+  listParked(tenantId: string | null, afterPosition = 0, limit = 100): ParkedEvent[] {
+    return this.statements.list.all(tenantId, tenantId, afterPosition, limit).map(toParked);
+  }
+
+  parkedCount(): number {
+    return this.statements.count.get()?.n ?? 0;
+  }
+
+  recordAttempt(eventId: string, reason: string, at: Date = new Date()): void {
+    this.statements.attempt.run(reason, at.toISOString(), eventId);
+  }
+
+  markRedriven(eventId: string, at: Date = new Date()): void {
+    this.statements.redriven.run(at.toISOString(), at.toISOString(), eventId);
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}
+
+function toParked(row: ParkedRow): ParkedEvent {
+  return {
+    eventId: row.event_id,
+    position: row.position,
+    stream: row.stream,
+    type: row.type,
+    tenantId: row.tenant_id,
+    reason: row.reason,
+    parkedAt: row.parked_at,
+    attempts: row.attempts,
+    lastAttemptAt: row.last_attempt_at,
+    redrivenAt: row.redriven_at,
+  };
+}

@@ -1,0 +1,96 @@
+/**
+ * The mirror's parked events, for an admin: list them, re-drive one. Served by the api when
+ * it runs the mirror (KAFKA_BROKERS set) and by `npm run start:mirror`. A tenant's admin key
+ * sees its own tenant's parked events and those with no tenant stamp (which name no tenant's
+ * data); another tenant's event id answers 404.
+ */
+import { Controller, Get, HttpCode, Optional, Param, Post, Query } from '@nestjs/common';
+import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import {
+  MirrorService,
+  ParkedEventNotFoundError,
+  StillParkedError,
+  type ParkedEvent,
+} from '@runledger/mirror';
+import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
+import type { Principal } from '../auth/principal';
+import { ApiError } from '../http/api-error';
+import { queryInt } from '../runs/runs.controller';
+
+@ApiTags('admin')
+@ApiBearerAuth()
+@Controller('v1/admin/mirror')
+export class MirrorAdminController {
+  constructor(@Optional() private readonly mirror?: MirrorService) {}
+
+  @Get('parked')
+  @RequireScope('admin')
+  @ApiOperation({
+    summary:
+      'Run events the Kafka mirror parked (cannot be encoded, or refused by the broker), oldest first',
+  })
+  list(
+    @CurrentPrincipal() principal: Principal,
+    @Query('after') after?: string,
+    @Query('limit') limit?: string,
+  ) {
+    const mirror = this.running();
+    const events = mirror.listParked(
+      principal.tenantId,
+      queryInt('after', after, 0, 0, Number.MAX_SAFE_INTEGER),
+      queryInt('limit', limit, 100, 1, 1000),
+    );
+    return {
+      parked: events,
+      nextAfter: events.length > 0 ? events[events.length - 1].position : null,
+    };
+  }
+
+  @Post('parked/:eventId/retry')
+  @HttpCode(200)
+  @RequireScope('admin')
+  @ApiOperation({
+    summary:
+      'Re-drive a parked event: publish it again, alone; 200 once the broker acknowledged, 409 `still_parked` with the reason otherwise',
+  })
+  async retry(@CurrentPrincipal() principal: Principal, @Param('eventId') eventId: string) {
+    const mirror = this.running();
+    const parked = mirror.parkedEvent(eventId);
+    if (!parked || !visibleTo(parked, principal)) {
+      throw new ApiError(404, 'parked_event_not_found', `no parked event ${eventId}`);
+    }
+    try {
+      return { event: await mirror.retryParked(eventId) };
+    } catch (error) {
+      if (error instanceof ParkedEventNotFoundError) {
+        throw new ApiError(404, 'parked_event_not_found', error.message);
+      }
+      if (error instanceof StillParkedError) {
+        throw new ApiError(409, 'still_parked', error.message, undefined, {
+          reason: error.reason,
+          event: mirror.parkedEvent(eventId),
+        });
+      }
+      throw new ApiError(
+        503,
+        'publish_failed',
+        `event ${eventId} stays parked: publishing failed (${error instanceof Error ? error.message : String(error)}); retry later`,
+      );
+    }
+  }
+
+  private running(): MirrorService {
+    if (!this.mirror) {
+      throw new ApiError(
+        503,
+        'mirror_off',
+        'this process does not run the Kafka mirror (KAFKA_BROKERS is unset); ask the mirror service',
+      );
+    }
+    return this.mirror;
+  }
+}
+
+function visibleTo(event: ParkedEvent, principal: Principal): boolean {
+  return event.tenantId === null || event.tenantId === principal.tenantId;
+}

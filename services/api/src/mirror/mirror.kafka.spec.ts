@@ -1,0 +1,244 @@
+/**
+ * The Kafka mirror inside the api, against the real local broker (test/kafka): events
+ * appended over HTTP reach the topic exactly once after dedup and in order per run; a broker
+ * outage is retried, visible in metrics and readiness, and loses nothing; a poison event is
+ * parked, listed, and re-driven while the events after it flow.
+ */
+import { randomUUID } from 'node:crypto';
+import { Metrics } from '@runledger/observability';
+import { TOPIC_MAX_MESSAGE_BYTES } from '@runledger/mirror';
+import {
+  broker,
+  describeKafka,
+  inParallel,
+  kafkaBrokers,
+  kafkaClient,
+  RunEventCollector,
+  uniqueTopic,
+} from '../../../../test/kafka/kafka-test-support';
+import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
+
+jest.setTimeout(240_000);
+
+function mirrorEnv(topic: string, more: Record<string, string> = {}): Record<string, string> {
+  return {
+    KAFKA_BROKERS: kafkaBrokers().join(','),
+    KAFKA_TOPIC: topic,
+    KAFKA_PARTITIONS: '4',
+    MIRROR_STALL_MS: '1000',
+    MIRROR_RETRY_MAX_MS: '500',
+    MIRROR_WATCHDOG_MS: '2000',
+    ...more,
+  };
+}
+
+const started = (threadId: string) => ({
+  type: 'run.started',
+  data: { threadId, agent: 'coder', source: 'api', title: 'Mirror me' },
+});
+const message = (text: string) => ({
+  type: 'message.added',
+  data: { messageId: randomUUID(), role: 'user', text },
+});
+
+async function append(t: TestApp, runId: string, events: unknown[]): Promise<void> {
+  const res = await t
+    .http()
+    .post(`/v1/runs/${runId}/events`)
+    .set(t.auth())
+    .send({ events } as object);
+  if (res.status !== 201) throw new Error(`append to ${runId}: ${res.status} ${res.text}`);
+}
+
+/** `runs` runs of `perRun` events each (run.started first), appended concurrently in batches of 10. */
+async function appendRuns(t: TestApp, runIds: string[], perRun: number, fresh = true) {
+  await inParallel(runIds, 50, async (runId) => {
+    for (let sent = 0; sent < perRun; sent += 10) {
+      const batch = Array.from({ length: Math.min(10, perRun - sent) }, (_, i) =>
+        fresh && sent + i === 0 ? started(`thread-${runId}`) : message(`${runId} #${sent + i}`),
+      );
+      await append(t, runId, batch);
+    }
+  });
+}
+
+async function metric(t: TestApp, name: string): Promise<number> {
+  const found = await t.app.get(Metrics).registry.getSingleMetric(name)?.get();
+  return found?.values[0]?.value ?? 0;
+}
+
+describeKafka('the Kafka mirror (real broker)', () => {
+  it('publishes 10,000 events of 200 concurrent runs: each once after dedup, in revision order per run', async () => {
+    const topic = uniqueTopic('ten-k');
+    const t = await startTestApp(mirrorEnv(topic));
+    const consumer = new RunEventCollector(topic);
+    try {
+      const runIds = Array.from({ length: 200 }, () => `run-${randomUUID()}`);
+      const appended = appendRuns(t, runIds, 50);
+      await appended;
+      await consumer.start();
+      await consumer.waitForUnique(10_000, 120_000);
+
+      expect(consumer.unique.size).toBe(10_000);
+      expect(consumer.byRun.size).toBe(200);
+      expect(consumer.runsOutOfOrder()).toEqual([]);
+      for (const runId of runIds) expect(consumer.byRun.get(runId)).toHaveLength(50);
+      const first = consumer.unique.values().next().value!;
+      expect(first.key).toBe(first.event.run);
+      expect(first.headers).toMatchObject({
+        'event-id': first.event.id,
+        'event-type': first.event.type,
+        'tenant-id': 'tenant-a',
+        position: String(first.event.position),
+        'content-type': 'application/x-protobuf; messageType=runledger.v1.RunEvent',
+      });
+      expect(first.event.hash).toMatch(/^[0-9a-f]{64}$/);
+      // One run's events share a partition: that is what keeps them in order.
+      for (const runId of runIds.slice(0, 20)) {
+        const partitions = consumer.all.filter((r) => r.key === runId).map((r) => r.partition);
+        expect(new Set(partitions).size).toBe(1);
+      }
+      expect(await metric(t, 'runledger_mirror_published_events_total')).toBeGreaterThanOrEqual(
+        10_000,
+      );
+      expect(await metric(t, 'runledger_mirror_parked_events_total')).toBe(0);
+    } finally {
+      await consumer.stop();
+      await t.close();
+    }
+  });
+
+  it('rides out a broker outage: retries, shows it in metrics and readiness, then delivers everything in order', async () => {
+    const topic = uniqueTopic('outage');
+    const t = await startTestApp(mirrorEnv(topic));
+    let consumer = new RunEventCollector(topic);
+    let brokerDown = false;
+    try {
+      const runIds = Array.from({ length: 40 }, () => `run-${randomUUID()}`);
+      await appendRuns(t, runIds, 10);
+      await consumer.start();
+      await consumer.waitForUnique(400, 60_000);
+      await consumer.stop();
+
+      broker('stop');
+      brokerDown = true;
+      // 1,000 more events while the broker is away: 25 more to each of the 40 runs.
+      await appendRuns(t, runIds, 25, false);
+      const deadline = Date.now() + 30_000;
+      let ready = await t.http().get('/health/ready');
+      while (ready.status === 200 && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 200));
+        ready = await t.http().get('/health/ready');
+      }
+      expect(ready.status).toBe(503);
+      expect(ready.body.checks.mirror).toMatch(/publishing has failed/);
+      expect(await metric(t, 'runledger_mirror_publish_failures_total')).toBeGreaterThan(0);
+      expect(await metric(t, 'runledger_mirror_publishing_ok')).toBe(0);
+      // The lag gauges refresh every second.
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(await metric(t, 'runledger_mirror_lag_events')).toBeGreaterThan(0);
+      expect(await metric(t, 'runledger_mirror_lag_seconds')).toBeGreaterThan(0);
+
+      broker('start');
+      brokerDown = false;
+      consumer = new RunEventCollector(topic);
+      await consumer.start();
+      await consumer.waitForUnique(1400, 120_000);
+      expect(consumer.runsOutOfOrder()).toEqual([]);
+      for (const runId of runIds) expect(consumer.byRun.get(runId)).toHaveLength(35);
+      const readyAgain = await t.http().get('/health/ready');
+      expect(readyAgain.status).toBe(200);
+      expect(readyAgain.body.checks.mirror).toBe('ok');
+      expect(await metric(t, 'runledger_mirror_publishing_ok')).toBe(1);
+      expect(await metric(t, 'runledger_mirror_publish_retries_total')).toBeGreaterThan(0);
+    } finally {
+      if (brokerDown) broker('start');
+      await consumer.stop();
+      await t.close();
+    }
+  });
+
+  it('parks an event the broker refuses, lets the events after it through, lists it and re-drives it', async () => {
+    const topic = uniqueTopic('poison');
+    // The topic exists already with a small record limit: a large event is refused as it is.
+    const admin = kafkaClient().admin();
+    await admin.connect();
+    await admin.createTopics({
+      waitForLeaders: true,
+      topics: [
+        {
+          topic,
+          numPartitions: 2,
+          configEntries: [{ name: 'max.message.bytes', value: String(64 * 1024) }],
+        },
+      ],
+    });
+    const t = await startTestApp(mirrorEnv(topic));
+    const consumer = new RunEventCollector(topic);
+    try {
+      const runId = `run-${randomUUID()}`;
+      await append(t, runId, [started('thread-poison'), message('before')]);
+      await append(t, runId, [message('x'.repeat(100 * 1024))]);
+      await append(t, runId, [message('after 1'), message('after 2')]);
+      await consumer.start();
+      await consumer.waitForUnique(4, 60_000);
+      expect(consumer.byRun.get(runId)?.map((e) => e.revision)).toEqual([0, 1, 3, 4]);
+
+      const listed = await t.http().get('/v1/admin/mirror/parked').set(t.auth());
+      expect(listed.status).toBe(200);
+      expect(listed.body.parked).toHaveLength(1);
+      const [parked] = listed.body.parked as { eventId: string; reason: string }[];
+      expect(parked).toMatchObject({ stream: `run-${runId}`, type: 'message.added' });
+      expect(parked.reason).toMatch(/MESSAGE_TOO_LARGE|RECORD_LIST_TOO_LARGE/);
+      expect(await metric(t, 'runledger_mirror_parked_events_total')).toBe(1);
+      expect(await metric(t, 'runledger_mirror_parked_events')).toBe(1);
+      // Another tenant neither lists it nor re-drives it; a key without admin is refused.
+      expect((await t.http().get('/v1/admin/mirror/parked').set(t.auth(KEYS.tenantB))).status).toBe(
+        403,
+      );
+      expect(
+        (
+          await t
+            .http()
+            .post(`/v1/admin/mirror/parked/${parked.eventId}/retry`)
+            .set(t.auth(KEYS.readerA))
+        ).status,
+      ).toBe(403);
+
+      // Still refused: the retry says so and the event stays parked.
+      const refused = await t
+        .http()
+        .post(`/v1/admin/mirror/parked/${parked.eventId}/retry`)
+        .set(t.auth());
+      expect(refused.status).toBe(409);
+      expect(refused.body).toMatchObject({ error: 'still_parked' });
+
+      // The operator raises the topic's limit; the re-drive publishes it.
+      await admin.alterConfigs({
+        validateOnly: false,
+        resources: [
+          {
+            type: 2, // TOPIC
+            name: topic,
+            configEntries: [{ name: 'max.message.bytes', value: String(TOPIC_MAX_MESSAGE_BYTES) }],
+          },
+        ],
+      });
+      const retried = await t
+        .http()
+        .post(`/v1/admin/mirror/parked/${parked.eventId}/retry`)
+        .set(t.auth());
+      expect(`${retried.status} ${retried.text}`).toMatch(/^200 /);
+      expect(retried.body.event.redrivenAt).toEqual(expect.any(String));
+      await consumer.waitForUnique(5, 30_000);
+      expect(consumer.unique.get(parked.eventId)?.event.revision).toBe(2);
+      const after = await t.http().get('/v1/admin/mirror/parked').set(t.auth());
+      expect(after.body.parked).toEqual([]);
+      expect(await metric(t, 'runledger_mirror_parked_events')).toBe(0);
+    } finally {
+      await consumer.stop();
+      await admin.disconnect();
+      await t.close();
+    }
+  });
+});

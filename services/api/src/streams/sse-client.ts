@@ -1,0 +1,137 @@
+/**
+ * One Server-Sent Events connection: its position in the log, and the writes to its socket
+ * with a bounded backlog. The fan-out decides what to send; this decides when the socket
+ * takes it, and says when the client fell too far behind.
+ */
+import type { ServerResponse } from 'node:http';
+import { HEARTBEAT_FRAME } from './sse-frame';
+
+/** What a stream shows: one run, or every run of one thread, always within one tenant. */
+export type StreamWatch =
+  | { kind: 'run'; tenantId: string; runId: string }
+  | { kind: 'thread'; tenantId: string; threadId: string };
+
+interface QueuedFrame {
+  bytes: Buffer;
+  position: number;
+}
+
+/** How long a closed stream's last bytes may wait for a client that does not read. */
+export const CLOSE_GRACE_MS = 30_000;
+
+export class SseClient {
+  /** Every event of the watch at or below this position has been written or queued. */
+  cursor: number;
+  /** Position of the last event handed to the socket: where a resumed stream continues. */
+  lastWritten: number;
+  /** Receiving the live feed (its catch-up from the store is done). */
+  live = false;
+  closed = false;
+  /** The last write() answered false and no 'drain' followed yet. */
+  private blocked = false;
+  private queue: QueuedFrame[] = [];
+  private queueHead = 0;
+  private drained: (() => void) | null = null;
+  private graceTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly res: ServerResponse,
+    readonly watch: StreamWatch,
+    from: number,
+    private readonly maxBuffer: number,
+  ) {
+    this.cursor = from;
+    this.lastWritten = from;
+    res.on('drain', () => this.flush());
+    // A reset connection can surface as an error on the response; 'close' follows and cleans up.
+    res.on('error', () => this.markClosed());
+    res.on('close', () => this.markClosed());
+  }
+
+  /** Writes a frame that is not an event (the start id). */
+  writeRaw(bytes: Buffer): void {
+    if (!this.closed && !this.res.write(bytes)) this.blocked = true;
+  }
+
+  /**
+   * Catch-up: writes one event and resolves once the socket takes more, so a client reading
+   * from an old position is paced by its own socket and never builds a backlog.
+   */
+  async write(bytes: Buffer, position: number): Promise<void> {
+    if (this.closed) return;
+    this.send(bytes, position);
+    if (this.blocked) await new Promise<void>((resolve) => (this.drained = resolve));
+  }
+
+  /**
+   * Live: writes the frame, or queues it while the socket is backed up. False when the
+   * backlog passed SSE_MAX_BUFFER: the caller ends the stream with `overflow`.
+   */
+  offer(bytes: Buffer, position: number): boolean {
+    if (this.closed || position <= this.cursor) return true;
+    this.cursor = position;
+    if (this.blocked) {
+      this.queue.push({ bytes, position });
+      return this.queue.length - this.queueHead <= this.maxBuffer;
+    }
+    this.send(bytes, position);
+    return true;
+  }
+
+  /** Only to a socket that drains: a backed-up one gains nothing from more bytes. */
+  heartbeat(): void {
+    if (!this.closed && !this.blocked && !this.res.write(HEARTBEAT_FRAME)) this.blocked = true;
+  }
+
+  /**
+   * Ends the stream after `last`, dropping anything queued (the client resumes from the log).
+   * A client that does not read its last bytes within `graceMs` is disconnected.
+   */
+  end(last?: Buffer, graceMs = CLOSE_GRACE_MS): void {
+    if (this.closed) return;
+    this.markClosed();
+    this.queue = [];
+    this.queueHead = 0;
+    // The socket ends once the last bytes left: a keep-alive socket would otherwise stay
+    // open after the stream and hold up a server shutdown until its keep-alive timeout.
+    this.res.once('finish', () => this.res.socket?.end());
+    this.res.end(last);
+    if (!this.res.writableFinished) {
+      this.graceTimer = setTimeout(() => this.res.destroy(), graceMs);
+      this.graceTimer.unref();
+      this.res.once('close', () => {
+        if (this.graceTimer) clearTimeout(this.graceTimer);
+      });
+    }
+  }
+
+  private send(bytes: Buffer, position: number): void {
+    this.lastWritten = position;
+    if (!this.res.write(bytes)) this.blocked = true;
+  }
+
+  private flush(): void {
+    this.blocked = false;
+    while (this.queueHead < this.queue.length && !this.blocked) {
+      const frame = this.queue[this.queueHead];
+      this.queueHead += 1;
+      this.send(frame.bytes, frame.position);
+    }
+    if (this.queueHead === this.queue.length) {
+      this.queue = [];
+      this.queueHead = 0;
+    }
+    if (!this.blocked) this.wake();
+  }
+
+  private markClosed(): void {
+    this.closed = true;
+    this.wake();
+  }
+
+  private wake(): void {
+    const drained = this.drained;
+    this.drained = null;
+    drained?.();
+  }
+}

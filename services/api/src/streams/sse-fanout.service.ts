@@ -1,0 +1,292 @@
+/**
+ * Server-Sent Events for run and thread streams: every event after a client's position,
+ * then live, in log order, without gap or duplicate across reconnects.
+ *
+ * - **One shared follower** per process: a single `subscribeToAll` over the run streams,
+ *   started at the log head when the first client connects. For each event it looks up the
+ *   clients watching its run and its thread (two map lookups), serialises the event to its
+ *   SSE frame once — only when someone watches — and hands that same Buffer to each. Its
+ *   `position` is the last event it dispatched: every run event up to it was offered to
+ *   every attached client.
+ * - **Each client catches up on its own, then joins at a position boundary.** A client
+ *   starts after a position (Last-Event-ID, `?from=`, or the head at connect) and reads the
+ *   store (`readAll` pages after its cursor), writing at its socket's pace ('drain'). In the
+ *   same synchronous step in which it finds its cursor at or past the follower's position
+ *   it is attached, so no event can be dispatched in between (no gap), and live events at or
+ *   below its cursor are skipped (no duplicate). A read that finds nothing after the cursor
+ *   proves there is no such event up to the follower position taken before the read, so the
+ *   cursor moves there (the follower may stand on another stream's event).
+ *   Catch-up frames are serialised per client: they are read per client anyway, and a
+ *   client replaying history is the exception, not the fan-out.
+ * - **Bounded backlog**: live frames go to the socket while `write()` accepts them; after a
+ *   false they queue until 'drain'. More than SSE_MAX_BUFFER queued: the client gets
+ *   `overflow` with `resumeFrom` (the last position written), the stream closes and the queue
+ *   is dropped — never the events: the client resumes from the log. The follower lets I/O
+ *   run every YIELD_EVERY events, so a socket can drain within a large burst.
+ * - No batching of our own: node:http corks a socket on a write until the next tick, so the
+ *   events of a burst (dispatched in one run of microtasks) leave in one writev per socket.
+ * - One heartbeat timer for all clients. A follower failure is logged and the follower
+ *   resubscribes from its position; attached clients notice nothing but the delay.
+ */
+import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
+import { RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
+import {
+  EVENT_STORE,
+  type EventStore,
+  type RecordedEvent,
+  type Subscription,
+} from '@runledger/event-store';
+import { Metrics } from '@runledger/observability';
+import type { FastifyReply } from 'fastify';
+import { APP_CONFIG, type AppConfig } from '../config/config';
+import { SseClient, type StreamWatch } from './sse-client';
+import { eventFrame, overflowFrame, startFrame } from './sse-frame';
+
+/** Events read per catch-up page. */
+const CATCH_UP_PAGE = 500;
+/** Events the follower dispatches before it lets I/O (drains, requests) run. */
+const YIELD_EVERY = 64;
+/** Wait before the follower resubscribes after its subscription failed. */
+const RESUBSCRIBE_MS = [100, 500, 1000, 5000];
+
+export const SSE_HEADERS = {
+  'Content-Type': 'text/event-stream; charset=utf-8',
+  'Cache-Control': 'no-cache',
+  Connection: 'keep-alive',
+  // nginx buffers proxied responses unless told not to, which would hold events back.
+  'X-Accel-Buffering': 'no',
+};
+
+function runKey(tenantId: string, runId: string): string {
+  return `r\u0000${tenantId}\u0000${runId}`;
+}
+
+function threadKey(tenantId: string, threadId: string): string {
+  return `t\u0000${tenantId}\u0000${threadId}`;
+}
+
+function keyOf(watch: StreamWatch): string {
+  return watch.kind === 'run'
+    ? runKey(watch.tenantId, watch.runId)
+    : threadKey(watch.tenantId, watch.threadId);
+}
+
+function text(value: unknown): string | null {
+  return typeof value === 'string' && value !== '' ? value : null;
+}
+
+/** Whether a run event belongs to the watch; the server stamps tenant and thread into each. */
+function matches(watch: StreamWatch, event: RecordedEvent): boolean {
+  if (event.metadata.tenantId !== watch.tenantId) return false;
+  return watch.kind === 'run'
+    ? event.stream === runStream(watch.runId)
+    : event.metadata.threadId === watch.threadId;
+}
+
+@Injectable()
+export class SseFanout implements OnModuleDestroy {
+  private readonly logger = new Logger('sse');
+  /** Attached (live) clients by run or thread key. */
+  private readonly watchers = new Map<string, Set<SseClient>>();
+  /** Every open client, catching up or live. */
+  private readonly clients = new Set<SseClient>();
+  private started: Promise<void> | null = null;
+  private subscription: Subscription | null = null;
+  private following: Promise<void> | null = null;
+  private heartbeat: NodeJS.Timeout | null = null;
+  private stopping = false;
+  /** Last run event the follower dispatched (or the head it started from). */
+  private position = 0;
+
+  constructor(
+    @Inject(EVENT_STORE) private readonly store: EventStore,
+    @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly metrics: Metrics,
+  ) {}
+
+  /**
+   * Takes over the reply and streams `watch` from after `after` (undefined: the head now).
+   * Access has been checked by the caller; what fails here before the headers are sent
+   * (the store unreachable) is still answered as a JSON error.
+   */
+  async open(reply: FastifyReply, watch: StreamWatch, after: number | undefined): Promise<void> {
+    await this.ensureFollowing();
+    const from = after ?? (await this.store.headPosition());
+    reply.hijack();
+    const res = reply.raw;
+    // Gone while we looked up where to start: its 'close' has passed, nothing would clean up.
+    if (res.destroyed || !res.socket || res.socket.destroyed) return;
+    res.writeHead(200, SSE_HEADERS);
+    const client = new SseClient(res, watch, from, this.config.sse.maxBuffer);
+    this.clients.add(client);
+    this.metrics.sseClients.inc();
+    res.on('close', () => {
+      if (!this.clients.delete(client)) return;
+      this.detach(client);
+      this.metrics.sseClients.dec();
+    });
+    client.writeRaw(startFrame(from));
+    this.catchUp(client).catch((error: unknown) => {
+      // The client reconnects with its Last-Event-ID and resumes where this stream stopped.
+      this.logger.warn({
+        msg: 'SSE catch-up failed; the stream was closed',
+        watch,
+        position: client.cursor,
+        error: String(error),
+      });
+      client.end();
+    });
+  }
+
+  onModuleDestroy(): Promise<void> {
+    // Before the HTTP server closes: it waits for open connections, and streams never end.
+    this.stopping = true;
+    for (const client of this.clients) client.end(undefined, 0);
+    return this.stopFollowing();
+  }
+
+  private async catchUp(client: SseClient): Promise<void> {
+    const { watch } = client;
+    // A run's events all lie in one stream: the prefix lets the store skip the others.
+    const prefix = watch.kind === 'run' ? runStream(watch.runId) : RUN_STREAM_PREFIX;
+    for (;;) {
+      if (client.closed) return;
+      const target = this.position;
+      if (client.cursor >= target) {
+        this.attach(client);
+        return;
+      }
+      // Inclusive, from the cursor itself: an EventStoreDB position is only readable from an
+      // event's own position, and the cursor is one (or 0, the start).
+      const from = client.cursor;
+      const page = await this.store.readAll({
+        fromPosition: from,
+        maxCount: CATCH_UP_PAGE,
+        streamPrefix: prefix,
+      });
+      const after = page.filter((event) => event.position > from);
+      if (after.length === 0) {
+        client.cursor = Math.max(from, target);
+        continue;
+      }
+      for (const event of after) {
+        if (client.closed) return;
+        if (matches(watch, event)) await client.write(eventFrame(event), event.position);
+        client.cursor = event.position;
+      }
+    }
+  }
+
+  private attach(client: SseClient): void {
+    client.live = true;
+    const key = keyOf(client.watch);
+    let set = this.watchers.get(key);
+    if (!set) {
+      set = new Set();
+      this.watchers.set(key, set);
+    }
+    set.add(client);
+  }
+
+  private detach(client: SseClient): void {
+    if (!client.live) return;
+    client.live = false;
+    const key = keyOf(client.watch);
+    const set = this.watchers.get(key);
+    if (!set) return;
+    set.delete(client);
+    if (set.size === 0) this.watchers.delete(key);
+  }
+
+  private dispatch(event: RecordedEvent): void {
+    const tenantId = text(event.metadata.tenantId);
+    if (tenantId !== null && this.watchers.size > 0) {
+      const runId = event.stream.slice(RUN_STREAM_PREFIX.length);
+      const threadId = text(event.metadata.threadId);
+      const byRun = this.watchers.get(runKey(tenantId, runId));
+      const byThread =
+        threadId === null ? undefined : this.watchers.get(threadKey(tenantId, threadId));
+      if (byRun || byThread) {
+        const frame = eventFrame(event);
+        if (byRun) this.offer(byRun, frame, event.position);
+        if (byThread) this.offer(byThread, frame, event.position);
+      }
+    }
+    this.position = event.position;
+  }
+
+  private offer(clients: Set<SseClient>, frame: Buffer, position: number): void {
+    for (const client of clients) {
+      if (client.offer(frame, position)) continue;
+      this.detach(client);
+      this.metrics.sseOverflows.inc();
+      this.logger.warn({
+        msg: 'SSE client fell behind; sent overflow and closed the stream',
+        watch: client.watch,
+        resumeFrom: client.lastWritten,
+        maxBuffer: this.config.sse.maxBuffer,
+      });
+      client.end(overflowFrame(client.lastWritten));
+    }
+  }
+
+  /** Starts the shared follower at the log head, once, when the first client connects. */
+  private ensureFollowing(): Promise<void> {
+    this.started ??= (async () => {
+      this.position = await this.store.headPosition();
+      this.following = this.follow();
+      this.heartbeat = setInterval(() => {
+        for (const client of this.clients) client.heartbeat();
+      }, this.config.sse.heartbeatMs);
+      this.heartbeat.unref();
+    })().catch((error: unknown) => {
+      // The next connection tries again; this one is answered with the error.
+      this.started = null;
+      throw error;
+    });
+    return this.started;
+  }
+
+  private async follow(): Promise<void> {
+    for (let failures = 0; !this.stopping;) {
+      const subscription = this.store.subscribeToAll({
+        fromPosition: this.position,
+        streamPrefix: RUN_STREAM_PREFIX,
+      });
+      this.subscription = subscription;
+      try {
+        let sinceYield = 0;
+        for await (const event of subscription) {
+          this.dispatch(event);
+          failures = 0;
+          sinceYield += 1;
+          if (sinceYield === YIELD_EVERY) {
+            // A store batch is dispatched in microtasks; without a turn of the event loop no
+            // socket could report 'drain' within it, and a burst would overflow healthy clients.
+            sinceYield = 0;
+            await new Promise((resolve) => setImmediate(resolve));
+          }
+        }
+      } catch (error) {
+        if (this.stopping) return;
+        this.logger.error({
+          msg: 'the SSE follower lost its subscription; resubscribing',
+          position: this.position,
+          error: String(error),
+        });
+      }
+      if (this.stopping) return;
+      const wait = RESUBSCRIBE_MS[Math.min(failures, RESUBSCRIBE_MS.length - 1)];
+      failures += 1;
+      await new Promise((resolve) => setTimeout(resolve, wait).unref());
+    }
+  }
+
+  private async stopFollowing(): Promise<void> {
+    this.stopping = true;
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    this.heartbeat = null;
+    await this.subscription?.close();
+    await this.following;
+  }
+}

@@ -1,0 +1,257 @@
+/**
+ * The fan-out's two delicate moments, driven step by step against an in-memory log and a
+ * response whose socket drains only when the test says so: the switch from catch-up to the
+ * live feed while the follower moves on, and the bounded backlog of a socket that stalls.
+ */
+import type { ServerResponse } from 'node:http';
+import { Writable } from 'node:stream';
+import { Logger } from '@nestjs/common';
+import type {
+  EventStore,
+  ReadAllOptions,
+  RecordedEvent,
+  SubscribeOptions,
+  Subscription,
+} from '@runledger/event-store';
+import { Metrics } from '@runledger/observability';
+import type { FastifyReply } from 'fastify';
+import type { AppConfig } from '../config/config';
+import { SseFanout } from './sse-fanout.service';
+
+/** A log in memory. Reads see the log as it was when they were called, like SQLite's. */
+class MemoryLog {
+  readonly events: RecordedEvent[] = [];
+  /** Reads (numbered from 1) that wait for `release()` before answering. */
+  readonly held = new Set<number>();
+  /** The number of the read now waiting, if any. */
+  parked: number | null = null;
+  private reads = 0;
+  private releaseParked: () => void = () => undefined;
+  private readonly wakers = new Set<() => void>();
+
+  add(runId: string, threadId = 'thread-1', tenantId = 'tenant-a'): RecordedEvent {
+    const position = this.events.length + 1;
+    const event: RecordedEvent = {
+      id: `e${position}`,
+      stream: `run-${runId}`,
+      type: 'message.added',
+      revision: this.events.filter((e) => e.stream === `run-${runId}`).length,
+      position,
+      data: { text: `event ${position}` },
+      metadata: { tenantId, runId, threadId },
+      recordedAt: new Date(0).toISOString(),
+    };
+    this.events.push(event);
+    for (const wake of [...this.wakers]) wake();
+    return event;
+  }
+
+  release(): void {
+    this.parked = null;
+    this.releaseParked();
+  }
+
+  async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
+    this.reads += 1;
+    const snapshot = this.events
+      .filter((e) => e.position >= (options.fromPosition ?? 0))
+      .filter((e) => e.stream.startsWith(options.streamPrefix ?? ''))
+      .slice(0, options.maxCount ?? Infinity);
+    if (this.held.has(this.reads)) {
+      this.parked = this.reads;
+      await new Promise<void>((resolve) => (this.releaseParked = resolve));
+    }
+    return snapshot;
+  }
+
+  async headPosition(): Promise<number> {
+    return this.events.length;
+  }
+
+  subscribeToAll(options: SubscribeOptions = {}): Subscription {
+    const from = options.fromPosition;
+    let cursor = typeof from === 'number' ? from : 0;
+    let closed = false;
+    let wake: () => void = () => undefined;
+    const wakers = this.wakers;
+    const events = this.events;
+    const waker = () => wake();
+    wakers.add(waker);
+    async function* follow(): AsyncGenerator<RecordedEvent> {
+      while (!closed) {
+        const next = events.find((e) => e.position > cursor);
+        if (next) {
+          cursor = next.position;
+          yield next;
+          continue;
+        }
+        await new Promise<void>((resolve) => (wake = resolve));
+      }
+    }
+    const iterator = follow();
+    return {
+      [Symbol.asyncIterator]: () => iterator,
+      close: async () => {
+        closed = true;
+        wakers.delete(waker);
+        wake();
+        await iterator.return(undefined);
+      },
+    };
+  }
+}
+
+/** A response whose writes complete only when `drain()` is called (a socket the test controls). */
+class StalledResponse extends Writable {
+  readonly received: string[] = [];
+  private pending: (() => void)[] = [];
+  /** What the fan-out asks of the connection: whether it is gone, and to end it. */
+  readonly socket = { destroyed: false, end: (): void => undefined };
+
+  /** `fast`: every write completes at once, like a socket that always drains. */
+  constructor(private readonly fast = false) {
+    super({ highWaterMark: 1 });
+  }
+
+  writeHead(): this {
+    return this;
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, done: () => void): void {
+    this.received.push(chunk.toString('utf8'));
+    if (this.fast) setImmediate(done);
+    else this.pending.push(done);
+  }
+
+  /** Lets the socket take everything written so far. */
+  async drain(): Promise<void> {
+    while (this.pending.length > 0) {
+      const pending = this.pending;
+      this.pending = [];
+      for (const done of pending) done();
+      await ticks();
+    }
+  }
+
+  ids(): number[] {
+    return this.received.flatMap((frame) =>
+      frame.includes('\nevent: ') ? [Number(/^id: (\d+)/.exec(frame)![1])] : [],
+    );
+  }
+}
+
+async function ticks(n = 5): Promise<void> {
+  for (let i = 0; i < n; i += 1) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Lets the event loop run until `done` holds; fails the test when it never does. */
+async function settle(done: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !done(); i += 1) await ticks(1);
+  if (!done()) throw new Error('the fan-out did not reach the expected state');
+}
+
+function fanoutOver(log: MemoryLog, maxBuffer = 100): { fanout: SseFanout; metrics: Metrics } {
+  const metrics = new Metrics();
+  const config = { sse: { maxBuffer, heartbeatMs: 60_000 } } as AppConfig;
+  return { fanout: new SseFanout(log as unknown as EventStore, config, metrics), metrics };
+}
+
+function replyTo(res: StalledResponse): FastifyReply {
+  return {
+    hijack: () => undefined,
+    raw: res as unknown as ServerResponse,
+  } as unknown as FastifyReply;
+}
+
+describe('SseFanout', () => {
+  // The overflow warning is expected here; the app's logger is not set up in a unit test.
+  beforeAll(() => Logger.overrideLogger(false));
+
+  it('joins the live feed at a position boundary: no gap, no duplicate, while the follower moves on', async () => {
+    const log = new MemoryLog();
+    log.add('r1');
+    log.add('r1');
+    log.add('r1');
+    const { fanout } = fanoutOver(log);
+    const res = new StalledResponse(true);
+    log.held.add(1).add(3);
+
+    await fanout.open(replyTo(res), { kind: 'run', tenantId: 'tenant-a', runId: 'r1' }, 0);
+    await settle(() => log.parked === 1);
+    // The first catch-up read is held: the follower dispatches 4 and 5 meanwhile.
+    log.add('r1');
+    log.add('r2');
+    await ticks();
+    log.release();
+    // Read 2 finds 4; read 3 finds nothing after 4 and is held while 6 is dispatched: the
+    // cursor may move only to the follower position taken before that read (5), not past 6.
+    await settle(() => log.parked === 3);
+    log.add('r1');
+    await ticks();
+    log.release();
+    await settle(() => res.ids().length === 5);
+    log.add('r1');
+    await settle(() => res.ids().length === 6);
+    log.add('r1');
+    await settle(() => res.ids().length === 7);
+
+    expect(res.ids()).toEqual([1, 2, 3, 4, 6, 7, 8]);
+    await fanout.onModuleDestroy();
+  });
+
+  it('follows a thread across runs and never crosses tenants', async () => {
+    const log = new MemoryLog();
+    const { fanout } = fanoutOver(log);
+    const res = new StalledResponse();
+    await fanout.open(replyTo(res), { kind: 'thread', tenantId: 'tenant-a', threadId: 'th' }, 0);
+    await ticks();
+    log.add('r1', 'th');
+    log.add('r2', 'th');
+    log.add('r3', 'other');
+    log.add('r4', 'th', 'tenant-b');
+    log.add('r2', 'th');
+    await ticks(20);
+    await res.drain();
+    expect(res.ids()).toEqual([1, 2, 5]);
+    await fanout.onModuleDestroy();
+  });
+
+  it('queues behind a stalled socket up to SSE_MAX_BUFFER, then sends overflow with the last position written', async () => {
+    const log = new MemoryLog();
+    log.add('r1');
+    const { fanout, metrics } = fanoutOver(log, 3);
+    const res = new StalledResponse();
+    await fanout.open(replyTo(res), { kind: 'run', tenantId: 'tenant-a', runId: 'r1' }, undefined);
+    await res.drain(); // the start frame
+    log.add('r1'); // 2: written; the socket now holds it unsent
+    await ticks();
+    log.add('r1'); // 3, 4, 5: queued, within the bound
+    log.add('r1');
+    log.add('r1');
+    await ticks();
+    expect(
+      (await metrics.registry.getSingleMetric('runledger_sse_overflows_total')?.get())?.values[0]
+        ?.value,
+    ).toBe(0);
+
+    // The socket drains: the queue is flushed in order.
+    await res.drain();
+    expect(res.ids()).toEqual([2, 3, 4, 5]);
+
+    log.add('r1'); // 6: written, unsent
+    await ticks();
+    for (let i = 0; i < 4; i += 1) log.add('r1'); // 7..10: the fourth queued one passes the bound
+    await ticks();
+    await res.drain();
+    expect(res.ids()).toEqual([2, 3, 4, 5, 6]);
+    expect(res.received[res.received.length - 1]).toBe(
+      'event: overflow\ndata: {"resumeFrom":6}\n\n',
+    );
+    expect(res.writableEnded).toBe(true);
+    expect(
+      (await metrics.registry.getSingleMetric('runledger_sse_overflows_total')?.get())?.values[0]
+        ?.value,
+    ).toBe(1);
+    await fanout.onModuleDestroy();
+  });
+});

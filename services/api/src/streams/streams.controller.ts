@@ -1,0 +1,98 @@
+/**
+ * Server-Sent Events routes: a run's events, or every run of a thread, live. Access is
+ * decided like every other read (a foreign or missing run or thread answers a JSON 404
+ * before the stream starts); the streaming itself is the SseFanout's.
+ */
+import { Controller, Get, Headers, Param, Query, Res } from '@nestjs/common';
+import { ApiBearerAuth, ApiOperation, ApiProduces, ApiTags } from '@nestjs/swagger';
+import type { FastifyReply } from 'fastify';
+import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
+import type { Principal } from '../auth/principal';
+import { RateLimited } from '../limits/rate-limit.decorators';
+import { RunLogService } from '../runs/run-log.service';
+import { queryInt } from '../runs/runs.controller';
+import { ThreadsService } from '../threads/threads.service';
+import { SseFanout } from './sse-fanout.service';
+
+const STREAM_DOC =
+  'Server-Sent Events: every event after `Last-Event-ID` (a position, exclusive), else after `?from=` ' +
+  '(a position, exclusive: `?from=0` is the whole history), else from now; then live. Each message: ' +
+  '`id: <position>`, `event: <type>`, `data: { id, type, revision, position, recordedAt, data, metadata }`. ' +
+  'A client that falls SSE_MAX_BUFFER events behind gets `event: overflow` with `data: { resumeFrom }` and ' +
+  'the stream closes: reconnect with `Last-Event-ID: <resumeFrom>`. `: heartbeat` comments every SSE_HEARTBEAT_MS.';
+
+/**
+ * Where a stream starts: Last-Event-ID wins over `?from=`, since a browser reconnecting keeps
+ * the original URL and sends the last id it received. Both are exclusive positions.
+ */
+export function streamStart(
+  lastEventId: string | undefined,
+  from: string | undefined,
+): number | undefined {
+  const position = (name: string, raw: string | undefined) =>
+    raw === undefined || raw.trim() === ''
+      ? undefined
+      : queryInt(name, raw.trim(), 0, 0, Number.MAX_SAFE_INTEGER);
+  return position('Last-Event-ID', lastEventId) ?? position('from', from);
+}
+
+@ApiTags('streams')
+@ApiBearerAuth()
+@Controller('v1')
+export class StreamsController {
+  constructor(
+    private readonly runLog: RunLogService,
+    private readonly threads: ThreadsService,
+    private readonly fanout: SseFanout,
+  ) {}
+
+  @Get('runs/:runId/stream')
+  @RequireScope('read')
+  @ApiProduces('text/event-stream')
+  @ApiOperation({
+    summary: "A run's events as Server-Sent Events, then live",
+    description: STREAM_DOC,
+  })
+  async runStream(
+    @CurrentPrincipal() principal: Principal,
+    @Param('runId') runId: string,
+    @Headers('last-event-id') lastEventId: string | undefined,
+    @Query('from') from: string | undefined,
+    @Res() reply: FastifyReply,
+  ): Promise<void> {
+    const after = streamStart(lastEventId, from);
+    await this.runLog.requireRun(principal.tenantId, runId);
+    await this.fanout.open(reply, { kind: 'run', tenantId: principal.tenantId, runId }, after);
+  }
+
+  @Get('threads/:threadId/stream')
+  @RequireScope('read')
+  // One call per connection, like every thread route: a reconnect spends from the budget.
+  @RateLimited('call')
+  @ApiProduces('text/event-stream')
+  @ApiOperation({
+    summary:
+      "Every run of a thread as Server-Sent Events, then live (runs started later included; `?minPosition=` as the thread's queries)",
+    description: STREAM_DOC,
+  })
+  async threadStream(
+    @CurrentPrincipal() principal: Principal,
+    @Param('threadId') threadId: string,
+    @Headers('last-event-id') lastEventId: string | undefined,
+    @Query('from') from: string | undefined,
+    @Query('minPosition') minPosition: string | undefined,
+    @Res() reply: FastifyReply,
+  ): Promise<void> {
+    const after = streamStart(lastEventId, from);
+    const min =
+      minPosition === undefined
+        ? undefined
+        : queryInt('minPosition', minPosition, 0, 0, Number.MAX_SAFE_INTEGER);
+    await this.threads.require(principal.tenantId, threadId, min);
+    await this.fanout.open(
+      reply,
+      { kind: 'thread', tenantId: principal.tenantId, threadId },
+      after,
+    );
+  }
+}

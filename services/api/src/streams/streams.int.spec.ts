@@ -1,0 +1,304 @@
+/**
+ * Run and thread streams (Server-Sent Events) through a listening app and plain node:http
+ * clients: resume without gap or duplicate, the switch from catch-up to live under
+ * concurrent appends, thread streams that pick up new runs, tenant isolation, a client
+ * whose socket backs up, heartbeats, and shutdown with streams open.
+ */
+import { randomUUID } from 'node:crypto';
+import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
+import { isReader, SseReader, type StreamedEvent } from '../testing/sse-reader';
+
+async function listening(env: Record<string, string> = {}): Promise<TestApp> {
+  const app = await startTestApp(env);
+  await app.app.listen(0, '127.0.0.1');
+  return app;
+}
+
+function append(t: TestApp, runId: string, events: object[], key = KEYS.tenantA) {
+  return t.http().post(`/v1/runs/${runId}/events`).set(t.auth(key)).send({ events });
+}
+
+const say = (text: string) => ({
+  type: 'message.added',
+  data: { messageId: randomUUID(), role: 'user', text },
+});
+
+async function startRun(t: TestApp, threadId = `t-${randomUUID()}`, key = KEYS.tenantA) {
+  const runId = `run-${randomUUID()}`;
+  const res = await append(
+    t,
+    runId,
+    [{ type: 'run.started', data: { threadId, agent: 'coder', source: 'api' } }],
+    key,
+  );
+  expect(res.status).toBe(201);
+  return { runId, threadId, position: res.body.position as number };
+}
+
+async function open(
+  t: TestApp,
+  path: string,
+  headers: Record<string, string> = {},
+  key = KEYS.tenantA,
+): Promise<SseReader> {
+  const reader = await SseReader.open(t.app, path, { ...t.auth(key), ...headers });
+  if (!isReader(reader)) throw new Error(`${path} answered ${reader.status}`);
+  return reader;
+}
+
+async function metric(t: TestApp, name: string): Promise<number> {
+  const res = await t.http().get('/metrics');
+  const line = (res.text as string).split('\n').find((l) => l.startsWith(`${name} `));
+  return line === undefined ? NaN : Number(line.split(' ')[1]);
+}
+
+async function eventually(check: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not reached in time');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+const positions = (events: StreamedEvent[]) => events.map((e) => e.position);
+
+describe('SSE streams', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening();
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('streams a run from now, then resumes after Last-Event-ID with no gap and no duplicate', async () => {
+    const { runId } = await startRun(t);
+    const first = await open(t, `/v1/runs/${runId}/stream`);
+    expect(first.res.headers['content-type']).toMatch(/^text\/event-stream/);
+    expect(first.res.headers['cache-control']).toBe('no-cache');
+    expect(first.res.headers['x-accel-buffering']).toBe('no');
+
+    const batch = await append(t, runId, [say('one'), say('two'), say('three')]);
+    await first.until((r) => r.recorded().length === 3);
+    const received = first.recorded();
+    expect(positions(received)).toEqual(
+      (batch.body.events as { position: number }[]).map((e) => e.position),
+    );
+    expect(received.map((e) => e.revision)).toEqual([1, 2, 3]);
+    const message = first.events()[0];
+    expect(message.id).toBe(String(received[0].position));
+    expect(message.event).toBe('message.added');
+    expect(received[0]).toMatchObject({
+      type: 'message.added',
+      data: { text: 'one' },
+      metadata: { runId, tenantId: 'tenant-a' },
+    });
+    expect(Object.keys(received[0]).sort()).toEqual(
+      ['data', 'id', 'metadata', 'position', 'recordedAt', 'revision', 'type'].sort(),
+    );
+    first.close();
+
+    const missed = await append(t, runId, [say('four'), say('five')]);
+    await append(t, runId, [say('six')]);
+    const resumed = await open(t, `/v1/runs/${runId}/stream`, {
+      'Last-Event-ID': String(received[2].position),
+    });
+    await resumed.until((r) => r.recorded().length === 3);
+    await append(t, runId, [say('seven')]);
+    await resumed.until((r) => r.recorded().length === 4);
+    const again = resumed.recorded();
+    expect(again.map((e) => e.revision)).toEqual([4, 5, 6, 7]);
+    expect(again.map((e) => e.data.text)).toEqual(['four', 'five', 'six', 'seven']);
+    expect(again[0].position).toBe(missed.body.events[0].position);
+    resumed.close();
+  });
+
+  it('starts a fresh stream with its position as the last event id, so a reconnect resumes there', async () => {
+    const { runId, position } = await startRun(t);
+    const reader = await open(t, `/v1/runs/${runId}/stream`);
+    await reader.until((r) => r.messages.length > 0);
+    expect(reader.messages[0]).toEqual({ id: String(position), comments: [] });
+    reader.close();
+  });
+
+  it('replays ?from= (exclusive) and switches to live without gap or duplicate while appends race it', async () => {
+    const { runId } = await startRun(t);
+    const other = await startRun(t);
+    for (let i = 0; i < 4; i += 1) {
+      const batch = Array.from({ length: 500 }, (_, j) => say(`history ${i}-${j}`));
+      expect((await append(t, runId, batch)).status).toBe(201);
+      expect((await append(t, other.runId, [say(`noise ${i}`)])).status).toBe(201);
+    }
+    const racing = Array.from({ length: 30 }, (_, i) =>
+      Promise.all([
+        append(t, runId, [say(`live ${i}`), say(`live ${i}'`)]),
+        append(t, other.runId, [say(`noise live ${i}`)]),
+      ]),
+    );
+    const reader = await open(t, `/v1/runs/${runId}/stream?from=0`);
+    await Promise.all(racing);
+    const total = 1 + 2000 + 60;
+    await reader.until((r) => r.recorded().length >= total);
+    await append(t, runId, [say('last')]);
+    await reader.until((r) => r.recorded().some((e) => e.data.text === 'last'));
+    const events = reader.recorded();
+    expect(events.map((e) => e.revision)).toEqual(Array.from({ length: total + 1 }, (_, i) => i));
+    expect(new Set(events.map((e) => e.metadata.runId))).toEqual(new Set([runId]));
+    reader.close();
+
+    // Exclusive: from the run.started's position, the next event comes first.
+    const fromStart = await open(t, `/v1/runs/${runId}/stream?from=${events[0].position}`);
+    await fromStart.until((r) => r.recorded().length > 0);
+    expect(fromStart.recorded()[0].revision).toBe(1);
+    fromStart.close();
+  });
+
+  it('streams every run of a thread, including runs started after the client connected', async () => {
+    const threadId = `t-${randomUUID()}`;
+    const a = await startRun(t, threadId);
+    const reader = await open(t, `/v1/threads/${threadId}/stream?minPosition=${a.position}`);
+
+    const b = await startRun(t, threadId);
+    await append(t, b.runId, [say('in b')]);
+    await append(t, a.runId, [say('in a')]);
+    const elsewhere = await startRun(t);
+    await append(t, elsewhere.runId, [say('another thread')]);
+    const foreign = await startRun(t, threadId, KEYS.tenantB);
+    await append(t, foreign.runId, [say('same thread id, another tenant')], KEYS.tenantB);
+    await append(t, a.runId, [say('done')]);
+
+    await reader.until((r) => r.recorded().some((e) => e.data.text === 'done'));
+    const events = reader.recorded();
+    expect(events.map((e) => [e.metadata.runId, e.type])).toEqual([
+      [b.runId, 'run.started'],
+      [b.runId, 'message.added'],
+      [a.runId, 'message.added'],
+      [a.runId, 'message.added'],
+    ]);
+    const ordered = positions(events);
+    expect(ordered).toEqual([...ordered].sort((x, y) => x - y));
+    reader.close();
+
+    // Resuming a thread stream from the start replays both runs' history in log order.
+    const history = await open(t, `/v1/threads/${threadId}/stream?from=0`);
+    await history.until((r) => r.recorded().length === events.length + 1);
+    expect(positions(history.recorded())).toEqual([a.position, ...ordered]);
+    history.close();
+  });
+
+  it('answers a foreign, missing or malformed stream with a JSON error before any stream starts', async () => {
+    const { runId, threadId, position } = await startRun(t);
+    await t.http().get(`/v1/threads/${threadId}?minPosition=${position}`).set(t.auth());
+    const cases: [string, string, number, string][] = [
+      [`/v1/runs/${runId}/stream`, KEYS.tenantB, 404, 'run_not_found'],
+      [`/v1/runs/run-${randomUUID()}/stream`, KEYS.tenantA, 404, 'run_not_found'],
+      [`/v1/threads/${threadId}/stream`, KEYS.tenantB, 404, 'thread_not_found'],
+      [`/v1/threads/t-${randomUUID()}/stream`, KEYS.tenantA, 404, 'thread_not_found'],
+      [`/v1/runs/${runId}/stream?from=-1`, KEYS.tenantA, 400, 'validation_failed'],
+      [`/v1/runs/${runId}/stream`, 'not-a-key-0123456789', 401, 'unauthorized'],
+    ];
+    for (const [path, key, status, error] of cases) {
+      const answer = await SseReader.open(t.app, path, t.auth(key));
+      expect(isReader(answer)).toBe(false);
+      expect(answer).toMatchObject({ status, body: { error } });
+      expect((answer as { type: string }).type).toMatch(/^application\/json/);
+    }
+    const badId = await SseReader.open(t.app, `/v1/runs/${runId}/stream`, {
+      ...t.auth(),
+      'Last-Event-ID': 'abc',
+    });
+    expect(badId).toMatchObject({ status: 400, body: { error: 'validation_failed' } });
+
+    // A read-only key of the owning tenant may stream.
+    const reader = await open(t, `/v1/runs/${runId}/stream`, {}, KEYS.readerA);
+    reader.close();
+  });
+
+  it('counts open streams and forgets a client that disconnected', async () => {
+    const { runId } = await startRun(t);
+    const before = await metric(t, 'runledger_sse_clients');
+    const reader = await open(t, `/v1/runs/${runId}/stream`);
+    await eventually(async () => (await metric(t, 'runledger_sse_clients')) === before + 1);
+    reader.close();
+    await eventually(async () => (await metric(t, 'runledger_sse_clients')) === before);
+    // Events after the disconnect are not written to a closed socket (nothing throws).
+    expect((await append(t, runId, [say('nobody listens')])).status).toBe(201);
+  });
+});
+
+describe('a client whose socket backs up', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening({ SSE_MAX_BUFFER: '4' });
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('gets overflow with resumeFrom, and resuming from it receives everything', async () => {
+    const { runId } = await startRun(t);
+    const slow = await open(t, `/v1/runs/${runId}/stream`);
+    await slow.until((r) => r.messages.length > 0);
+    slow.res.pause();
+
+    // Large events fill the kernel's socket buffers quickly; then the server's queue grows.
+    // Two events an append (fewer than SSE_MAX_BUFFER): only a socket that stopped draining
+    // lets the backlog pass the bound, not one burst.
+    const text = 'x'.repeat(64 * 1024);
+    const appended: number[] = [];
+    for (let i = 0; i < 500 && (await metric(t, 'runledger_sse_overflows_total')) < 1; i += 1) {
+      const res = await append(t, runId, [say(`${i}-a ${text}`), say(`${i}-b ${text}`)]);
+      expect(res.status).toBe(201);
+      appended.push(...(res.body.events as { position: number }[]).map((e) => e.position));
+    }
+    expect(await metric(t, 'runledger_sse_overflows_total')).toBe(1);
+    const after = await append(t, runId, [say('after the overflow')]);
+    appended.push(after.body.position as number);
+
+    slow.res.resume();
+    await slow.until((r) => r.ended);
+    const overflow = slow.events('overflow');
+    expect(overflow).toHaveLength(1);
+    expect(slow.messages[slow.messages.length - 1].event).toBe('overflow');
+    const { resumeFrom } = JSON.parse(overflow[0].data!) as { resumeFrom: number };
+    const delivered = positions(slow.recorded());
+    expect(delivered.length).toBeGreaterThan(0);
+    expect(delivered.length).toBeLessThan(appended.length);
+    expect(delivered).toEqual(appended.slice(0, delivered.length));
+    expect(resumeFrom).toBe(delivered[delivered.length - 1]);
+    console.log('DEBUG', appended.length, delivered.length);
+
+    const resumed = await open(t, `/v1/runs/${runId}/stream`, {
+      'Last-Event-ID': String(resumeFrom),
+    });
+    await resumed.until((r) => r.recorded().length === appended.length - delivered.length);
+    expect([...delivered, ...positions(resumed.recorded())]).toEqual(appended);
+    resumed.close();
+  }, 60_000);
+});
+
+describe('heartbeats and shutdown', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening({ SSE_HEARTBEAT_MS: '50' });
+  });
+
+  it('keeps an idle stream alive with heartbeat comments', async () => {
+    const { runId } = await startRun(t);
+    const reader = await open(t, `/v1/runs/${runId}/stream`);
+    await reader.until(
+      (r) => r.messages.filter((m) => m.comments.includes('heartbeat')).length >= 2,
+    );
+    expect(reader.recorded()).toEqual([]);
+    reader.close();
+  });
+
+  it('ends open streams when the app closes, without waiting for the clients', async () => {
+    const { runId } = await startRun(t);
+    const reader = await open(t, `/v1/runs/${runId}/stream`);
+    const started = Date.now();
+    await t.close();
+    expect(Date.now() - started).toBeLessThan(5000);
+    await reader.until((r) => r.ended, 2000);
+  });
+});

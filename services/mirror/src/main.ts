@@ -1,0 +1,57 @@
+/**
+ * Starts the mirror alone (`npm run start:mirror`): log → Kafka, with its probes, metrics
+ * and parked-event routes on MIRROR_PORT. Same configuration as the api; KAFKA_BROKERS is
+ * required here. Use it when the api runs without KAFKA_BROKERS (replicas of the api, one
+ * mirror), so that exactly one process publishes.
+ */
+import type { AddressInfo } from 'node:net';
+import { ConsoleLogger } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
+import { provisionDevKey } from '../../api/src/auth/api-keys';
+import { ConfigError, loadConfig, type AppConfig } from '../../api/src/config/config';
+import { mirrorSettingsOf } from '../../api/src/mirror/mirror.imports';
+import { MirrorAppModule } from './mirror-app.module';
+
+const LEVELS = ['error', 'warn', 'log', 'debug', 'verbose'] as const;
+
+async function main(): Promise<void> {
+  let config: AppConfig;
+  try {
+    config = loadConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      console.error(`runledger-mirror: ${error.message}`);
+      process.exit(1);
+    }
+    throw error;
+  }
+  const settings = mirrorSettingsOf(config);
+  if (!settings) {
+    console.error(
+      'runledger-mirror: KAFKA_BROKERS is unset: set it to the brokers to publish to (host:port,host:port)',
+    );
+    process.exit(1);
+  }
+  const logger = new ConsoleLogger('runledger-mirror', {
+    json: true,
+    logLevels: LEVELS.slice(0, LEVELS.indexOf(config.logLevel) + 1),
+  });
+  const keys = config.apiKeys ?? [provisionDevKey(config.dataDir).key];
+  const app = await NestFactory.create<NestFastifyApplication>(
+    MirrorAppModule.create(config, settings, keys),
+    new FastifyAdapter(),
+    { logger },
+  );
+  app.enableShutdownHooks();
+  await app.listen(config.mirror.port, config.host);
+  const { port } = app.getHttpServer().address() as AddressInfo;
+  console.log(
+    `runledger-mirror publishing to ${settings.brokers.join(',')} topic ${settings.topic} (${settings.format}); probes, metrics and /v1/admin/mirror on http://${config.host}:${port}`,
+  );
+}
+
+main().catch((error: unknown) => {
+  console.error('runledger-mirror failed to start:', error);
+  process.exit(1);
+});

@@ -1,0 +1,41 @@
+/**
+ * Composes the standalone mirror service (`npm run start:mirror`): the log, the metrics, the
+ * mirror itself, its probes and the admin routes for parked events, behind the same access
+ * guard and API keys as the api. Configuration is the api's one schema.
+ */
+import { Module, type DynamicModule } from '@nestjs/common';
+import { APP_FILTER, APP_GUARD } from '@nestjs/core';
+import { EventStoreModule, openEventStore } from '@runledger/event-store';
+import { MirrorModule, type MirrorSettings } from '@runledger/mirror';
+import { ObservabilityModule } from '@runledger/observability';
+import { AccessGuard, AccessPolicy } from '../../api/src/auth/access.guard';
+import { ApiKeyTable } from '../../api/src/auth/api-keys';
+import type { ApiKey, AppConfig } from '../../api/src/config/config';
+import { MirrorAdminController } from '../../api/src/mirror/mirror-admin.controller';
+import { MirrorErrorFilter } from './mirror-error.filter';
+import { MirrorHealthController } from './mirror-health.controller';
+
+@Module({})
+export class MirrorAppModule {
+  static create(
+    config: AppConfig,
+    settings: MirrorSettings,
+    keys: readonly ApiKey[],
+  ): DynamicModule {
+    return {
+      module: MirrorAppModule,
+      imports: [
+        EventStoreModule.forRootAsync({ useFactory: () => openEventStore(config) }),
+        ObservabilityModule,
+        MirrorModule.forRoot(settings),
+      ],
+      controllers: [MirrorHealthController, MirrorAdminController],
+      providers: [
+        { provide: ApiKeyTable, useValue: new ApiKeyTable(keys) },
+        AccessPolicy,
+        { provide: APP_GUARD, useClass: AccessGuard },
+        { provide: APP_FILTER, useClass: MirrorErrorFilter },
+      ],
+    };
+  }
+}
