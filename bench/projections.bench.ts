@@ -347,13 +347,10 @@ async function measureQueries(
   const servers: ChildServer[] = [];
   try {
     const started = performance.now();
-    const service = await startChildServer(
-      join(__dirname, 'servers', 'runledger.server.ts'),
-      {
-        BENCH_DATA_DIR: dataDir,
-        BENCH_API_KEYS: API_KEYS,
-      },
-    );
+    const service = await startChildServer(join(__dirname, 'servers', 'runledger.server.ts'), {
+      BENCH_DATA_DIR: dataDir,
+      BENCH_API_KEYS: API_KEYS,
+    });
     servers.push(service);
     const appListeningSeconds = (performance.now() - started) / 1000;
     const appReadySeconds = await waitReady(service, log.head, started);
