@@ -21,7 +21,7 @@ export async function createApp(
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
     // Path ids may be 128 characters (PATH_ID_PATTERN); Fastify's default cap is 100.
-    maxParamLength: 256,
+    routerOptions: { maxParamLength: 256 },
   });
   const app = await NestFactory.create<NestFastifyApplication>(
     AppModule.create(config, keys),
