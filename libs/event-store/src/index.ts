@@ -3,3 +3,4 @@ export * from './event-store.module';
 export * from './open-event-store';
 export * from './sqlite.event-store';
 export * from './esdb.event-store';
+export * from './checkpoints';

@@ -4,13 +4,10 @@
  * parked) and its parked events. A parked row and the checkpoint that passes it commit in
  * one transaction, so an event is never both behind the checkpoint and unrecorded.
  */
+import { Checkpoints } from '@runledger/event-store';
 import Database, { type Database as Db, type Statement } from 'better-sqlite3';
 
 const SCHEMA = `
-  CREATE TABLE IF NOT EXISTS checkpoints (
-    name     TEXT    PRIMARY KEY,
-    position INTEGER NOT NULL
-  );
   CREATE TABLE IF NOT EXISTS parked (
     event_id        TEXT    PRIMARY KEY,
     position        INTEGER NOT NULL,
@@ -67,9 +64,8 @@ interface ParkedRow {
 
 export class MirrorStore {
   private readonly db: Db;
+  private readonly checkpoints: Checkpoints;
   private readonly statements: {
-    checkpoint: Statement<[string], { position: number }>;
-    saveCheckpoint: Statement<[string, number]>;
     park: Statement<[string, number, string, string, string | null, string, string, string]>;
     get: Statement<[string], ParkedRow>;
     list: Statement<[string | null, string | null, number, number], ParkedRow>;
@@ -86,11 +82,8 @@ export class MirrorStore {
     // checkpoint and the parked rows it passes are lost together or kept together.
     this.db.pragma('synchronous = NORMAL');
     this.db.exec(SCHEMA);
+    this.checkpoints = new Checkpoints(this.db);
     this.statements = {
-      checkpoint: this.db.prepare('SELECT position FROM checkpoints WHERE name = ?'),
-      saveCheckpoint: this.db.prepare(
-        'INSERT INTO checkpoints (name, position) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET position = excluded.position',
-      ),
       park: this.db.prepare(
         `INSERT INTO parked (event_id, position, stream, type, tenant_id, reason, parked_at, attempts, last_attempt_at, redriven_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, NULL)
@@ -124,13 +117,13 @@ export class MirrorStore {
             at,
           );
         }
-        this.statements.saveCheckpoint.run(MIRROR_CHECKPOINT, position);
+        this.checkpoints.save(MIRROR_CHECKPOINT, position);
       },
     );
   }
 
   checkpoint(): number {
-    return this.statements.checkpoint.get(MIRROR_CHECKPOINT)?.position ?? 0;
+    return this.checkpoints.get(MIRROR_CHECKPOINT);
   }
 
   /** Parks `parked` and moves the checkpoint to `position`, in one transaction. */

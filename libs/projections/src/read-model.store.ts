@@ -3,6 +3,7 @@
  * SQLite or EventStoreDB. Disposable by design: everything here is rebuilt from the log, so
  * it commits without fsync (synchronous=NORMAL) and a crash costs only catch-up time.
  */
+import { Checkpoints } from '@runledger/event-store';
 import Database, { type Database as Db, type Statement } from 'better-sqlite3';
 import type { ThreadState, ThreadStatus } from '@runledger/domain';
 
@@ -22,10 +23,6 @@ const SCHEMA = `
     ON threads (tenant_id, last_activity_at DESC, thread_id DESC);
   CREATE INDEX IF NOT EXISTS threads_by_status
     ON threads (tenant_id, status, last_activity_at DESC, thread_id DESC);
-  CREATE TABLE IF NOT EXISTS checkpoints (
-    name     TEXT    PRIMARY KEY,
-    position INTEGER NOT NULL
-  );
 `;
 
 export interface ThreadListItem {
@@ -57,11 +54,10 @@ export const THREADS_CHECKPOINT = 'threads';
 
 export class ReadModelStore {
   private readonly db: Db;
+  private readonly checkpoints: Checkpoints;
   private readonly statements: {
     thread: Statement<[string, string], { state: string }>;
     upsert: Statement<[string, string, string, string | null, string, number, number, string]>;
-    checkpoint: Statement<[string], { position: number }>;
-    saveCheckpoint: Statement<[string, number]>;
     count: Statement<[], { n: number }>;
   };
   private readonly commitTx: (states: readonly ThreadState[], position: number) => void;
@@ -71,6 +67,7 @@ export class ReadModelStore {
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
     this.db.exec(SCHEMA);
+    this.checkpoints = new Checkpoints(this.db);
     this.statements = {
       thread: this.db.prepare('SELECT state FROM threads WHERE tenant_id = ? AND thread_id = ?'),
       upsert: this.db.prepare(
@@ -79,10 +76,6 @@ export class ReadModelStore {
          ON CONFLICT (tenant_id, thread_id) DO UPDATE SET
            status = excluded.status, title = excluded.title, last_activity_at = excluded.last_activity_at,
            pending_count = excluded.pending_count, position = excluded.position, state = excluded.state`,
-      ),
-      checkpoint: this.db.prepare('SELECT position FROM checkpoints WHERE name = ?'),
-      saveCheckpoint: this.db.prepare(
-        'INSERT INTO checkpoints (name, position) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET position = excluded.position',
       ),
       count: this.db.prepare('SELECT COUNT(*) AS n FROM threads'),
     };
@@ -99,7 +92,7 @@ export class ReadModelStore {
           JSON.stringify(state),
         );
       }
-      this.statements.saveCheckpoint.run(THREADS_CHECKPOINT, position);
+      this.checkpoints.save(THREADS_CHECKPOINT, position);
     });
   }
 
@@ -114,7 +107,7 @@ export class ReadModelStore {
   }
 
   checkpoint(): number {
-    return this.statements.checkpoint.get(THREADS_CHECKPOINT)?.position ?? 0;
+    return this.checkpoints.get(THREADS_CHECKPOINT);
   }
 
   isEmpty(): boolean {
