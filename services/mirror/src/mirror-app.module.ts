@@ -13,7 +13,7 @@ import { ApiKeyTable } from '../../api/src/auth/api-keys';
 import type { ApiKey, AppConfig } from '../../api/src/config/config';
 import { MirrorAdminController } from '../../api/src/mirror/mirror-admin.controller';
 import { MirrorErrorFilter } from './mirror-error.filter';
-import { MirrorHealthController } from './mirror-health.controller';
+import { HealthController } from '../../api/src/health/health.controller';
 
 @Module({})
 export class MirrorAppModule {
@@ -29,7 +29,7 @@ export class MirrorAppModule {
         ObservabilityModule,
         MirrorModule.forRoot(settings),
       ],
-      controllers: [MirrorHealthController, MirrorAdminController],
+      controllers: [HealthController, MirrorAdminController],
       providers: [
         { provide: ApiKeyTable, useValue: new ApiKeyTable(keys) },
         AccessPolicy,

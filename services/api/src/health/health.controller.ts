@@ -7,14 +7,19 @@ import { Metrics } from '@runledger/observability';
 import { Public } from '../auth/access.decorators';
 import { ProjectionsService } from '../threads/projections.service';
 
-/** Probes and the metrics scrape: public by design, they reveal no tenant's data. */
+/**
+ * Probes and the metrics scrape: public by design, they reveal no tenant's data. Serves the
+ * api (store, projector, and the mirror when it runs in process) and the standalone mirror
+ * (store and mirror): each check is reported only where its part runs.
+ */
 @ApiExcludeController()
 @Controller()
 export class HealthController {
   constructor(
     @Inject(EVENT_STORE) private readonly store: EventStore,
-    private readonly projections: ProjectionsService,
     private readonly metrics: Metrics,
+    /** Present in the api, which runs the projector. */
+    @Optional() private readonly projections?: ProjectionsService,
     /** Present when this process runs the Kafka mirror. */
     @Optional() private readonly mirror?: MirrorService,
   ) {}
@@ -33,14 +38,15 @@ export class HealthController {
       () => 'ok',
       (error: unknown) => `unreachable: ${String(error)}`,
     );
-    const projector = this.projections.problem() ?? 'ok';
+    const projector = this.projections ? (this.projections.problem() ?? 'ok') : undefined;
     const mirror = this.mirror ? (this.mirror.problem() ?? 'ok') : 'off';
-    const ready = store === 'ok' && projector === 'ok' && (mirror === 'ok' || mirror === 'off');
+    const ready =
+      store === 'ok' && (projector ?? 'ok') === 'ok' && (mirror === 'ok' || mirror === 'off');
     if (!ready) void reply.status(503);
     return {
       status: ready ? 'ready' : 'not_ready',
-      checks: { store, projector, mirror },
-      projectorPosition: this.projections.position(),
+      checks: projector === undefined ? { store, mirror } : { store, projector, mirror },
+      ...(this.projections ? { projectorPosition: this.projections.position() } : {}),
       ...(this.mirror ? { mirrorPosition: this.mirror.position() } : {}),
     };
   }
