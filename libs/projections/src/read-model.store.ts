@@ -5,7 +5,7 @@
  */
 import { Checkpoints } from '@runledger/event-store';
 import Database, { type Database as Db, type Statement } from 'better-sqlite3';
-import type { ThreadState, ThreadStatus } from '@runledger/domain';
+import type { ThreadState, ThreadStatus, ThreadSummary } from '@runledger/domain';
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (
@@ -25,14 +25,8 @@ const SCHEMA = `
     ON threads (tenant_id, status, last_activity_at DESC, thread_id DESC);
 `;
 
-export interface ThreadListItem {
-  threadId: string;
-  title: string | null;
-  status: ThreadStatus;
-  lastActivityAt: string;
-  pendingApprovalCount: number;
-  position: number;
-}
+/** A row of the thread list: the thread's summary as the fold defines it. */
+export type ThreadListItem = ThreadSummary;
 
 export interface ThreadListQuery {
   status?: ThreadStatus;

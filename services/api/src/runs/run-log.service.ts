@@ -470,7 +470,8 @@ function wrongRevision(
   );
 }
 
-function toView(event: RecordedEvent): EventView {
+/** A recorded event as every read answers it (pages, replay lines, SSE data). */
+export function toView(event: RecordedEvent): EventView {
   return {
     id: event.id,
     type: event.type,

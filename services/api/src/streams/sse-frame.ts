@@ -3,6 +3,7 @@
  * one encoding is handed to every client's socket as it is (no per-client UTF-8 encoding).
  */
 import type { RecordedEvent } from '@runledger/event-store';
+import { toView } from '../runs/run-log.service';
 
 /** A comment line: ignored by EventSource, but it keeps proxies and load balancers from timing out. */
 export const HEARTBEAT_FRAME = Buffer.from(': heartbeat\n\n');
@@ -13,15 +14,7 @@ export const HEARTBEAT_FRAME = Buffer.from(': heartbeat\n\n');
  * and a line break in it is replaced anyway, since it would end the field and forge others.
  */
 export function eventFrame(event: RecordedEvent): Buffer {
-  const data = JSON.stringify({
-    id: event.id,
-    type: event.type,
-    revision: event.revision,
-    position: event.position,
-    recordedAt: event.recordedAt,
-    data: event.data,
-    metadata: event.metadata,
-  });
+  const data = JSON.stringify(toView(event));
   const type = /[\r\n]/.test(event.type) ? event.type.replace(/[\r\n]/g, ' ') : event.type;
   return Buffer.from(`id: ${event.position}\nevent: ${type}\ndata: ${data}\n\n`);
 }
