@@ -3,29 +3,14 @@
  * the variable), then the app, then one line saying where it listens and how to call it.
  */
 import type { AddressInfo } from 'node:net';
-import { ConsoleLogger } from '@nestjs/common';
 import { createApp } from './app';
 import { provisionDevKey } from './auth/api-keys';
-import { ConfigError, loadConfig, type AppConfig } from './config/config';
+import { jsonLogger, loadConfigOrExit } from './config/process-config';
 import { mirrorStatusLine } from './mirror/mirror.imports';
 
-const LEVELS = ['error', 'warn', 'log', 'debug', 'verbose'] as const;
-
 async function main(): Promise<void> {
-  let config: AppConfig;
-  try {
-    config = loadConfig();
-  } catch (error) {
-    if (error instanceof ConfigError) {
-      console.error(`runledger: ${error.message}`);
-      process.exit(1);
-    }
-    throw error;
-  }
-  const logger = new ConsoleLogger('runledger', {
-    json: true,
-    logLevels: LEVELS.slice(0, LEVELS.indexOf(config.logLevel) + 1),
-  });
+  const config = loadConfigOrExit('runledger');
+  const logger = jsonLogger('runledger', config);
   const dev = config.apiKeys === undefined ? provisionDevKey(config.dataDir) : undefined;
   const keys = config.apiKeys ?? [dev!.key];
   const app = await createApp(config, keys, logger);

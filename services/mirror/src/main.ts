@@ -5,27 +5,15 @@
  * mirror), so that exactly one process publishes.
  */
 import type { AddressInfo } from 'node:net';
-import { ConsoleLogger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { provisionDevKey } from '../../api/src/auth/api-keys';
-import { ConfigError, loadConfig, type AppConfig } from '../../api/src/config/config';
+import { jsonLogger, loadConfigOrExit } from '../../api/src/config/process-config';
 import { mirrorSettingsOf } from '../../api/src/mirror/mirror.imports';
 import { MirrorAppModule } from './mirror-app.module';
 
-const LEVELS = ['error', 'warn', 'log', 'debug', 'verbose'] as const;
-
 async function main(): Promise<void> {
-  let config: AppConfig;
-  try {
-    config = loadConfig();
-  } catch (error) {
-    if (error instanceof ConfigError) {
-      console.error(`runledger-mirror: ${error.message}`);
-      process.exit(1);
-    }
-    throw error;
-  }
+  const config = loadConfigOrExit('runledger-mirror');
   const settings = mirrorSettingsOf(config);
   if (!settings) {
     console.error(
@@ -33,10 +21,7 @@ async function main(): Promise<void> {
     );
     process.exit(1);
   }
-  const logger = new ConsoleLogger('runledger-mirror', {
-    json: true,
-    logLevels: LEVELS.slice(0, LEVELS.indexOf(config.logLevel) + 1),
-  });
+  const logger = jsonLogger('runledger-mirror', config);
   const keys = config.apiKeys ?? [provisionDevKey(config.dataDir).key];
   const app = await NestFactory.create<NestFastifyApplication>(
     MirrorAppModule.create(config, settings, keys),
