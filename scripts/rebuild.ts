@@ -6,6 +6,7 @@
  */
 import { join } from 'node:path';
 import { Logger } from '@nestjs/common';
+import { RUN_STREAM_PREFIX } from '@runledger/domain';
 import { openEventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import { Projector, ReadModelStore } from '@runledger/projections';
@@ -20,7 +21,7 @@ async function main(): Promise<void> {
   const readModels = new ReadModelStore(join(config.dataDir, READ_MODELS_FILE));
   try {
     readModels.clear();
-    const target = await log.headPosition();
+    const target = await log.headPosition({ streamPrefix: RUN_STREAM_PREFIX });
     const progress = new RebuildProgress(target, new Logger('rebuild'), new Metrics());
     let failure: unknown = null;
     const projector = new Projector(log, readModels, {

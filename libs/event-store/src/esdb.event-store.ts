@@ -48,6 +48,7 @@ import {
   type EventStore,
   type EventToAppend,
   type ExpectedRevision,
+  type HeadPositionOptions,
   type ReadAllOptions,
   type ReadStreamOptions,
   type RecordedEvent,
@@ -255,7 +256,7 @@ export class EsdbEventStore implements EventStore {
    * Newest user event, not the log's tail: the server keeps writing system events (stats,
    * epochs), which no reader of the port ever sees and so could never catch up to.
    */
-  async headPosition(): Promise<number> {
+  async headPosition(options: HeadPositionOptions = {}): Promise<number> {
     try {
       const [last] = mapResolved(
         await collect(
@@ -263,7 +264,7 @@ export class EsdbEventStore implements EventStore {
             direction: BACKWARDS,
             fromPosition: END,
             maxCount: 1,
-            filter: excludeSystemEvents(),
+            filter: userEventsFilter(options.streamPrefix),
           }),
         ),
       );

@@ -396,6 +396,20 @@ describe('EsdbEventStore (stubbed client)', () => {
         expect.objectContaining({ direction: BACKWARDS, fromPosition: END, maxCount: 1 }),
       );
     });
+
+    it('headPosition of a stream prefix asks the server for the newest event of those streams', async () => {
+      const { client, store } = setUp();
+      client.all = [resolved('run-1', 3, 4242, { id: 'a', type: 'test.happened', data: {} })];
+      expect(await store.headPosition({ streamPrefix: 'run-' })).toBe(4242);
+      expect(client.readAll).toHaveBeenLastCalledWith(
+        expect.objectContaining({
+          direction: BACKWARDS,
+          fromPosition: END,
+          maxCount: 1,
+          filter: expect.objectContaining({ prefixes: ['run-'] }),
+        }),
+      );
+    });
   });
 
   describe('subscribeToAll', () => {

@@ -201,6 +201,19 @@ export function describeEventStoreContract(
         expect(limited).toHaveLength(2);
         expect(await store.headPosition()).toBeGreaterThanOrEqual(all[4].position);
       });
+
+      it('headPosition with a prefix is the newest event of those streams, not of the log', async () => {
+        const prefix = stream('h-');
+        expect(await store.headPosition({ streamPrefix: prefix })).toBe(0);
+        const kept = await store.append(`${prefix}1`, [event(0)], {
+          expectedRevision: 'no_stream',
+        });
+        const other = await store.append(stream('other-'), [event(1)], {
+          expectedRevision: 'no_stream',
+        });
+        expect(await store.headPosition({ streamPrefix: prefix })).toBe(kept.position);
+        expect(await store.headPosition()).toBeGreaterThanOrEqual(other.position);
+      });
     });
 
     describe('subscribeToAll', () => {

@@ -56,6 +56,11 @@ export interface ReadAllOptions {
   streamPrefix?: string;
 }
 
+export interface HeadPositionOptions {
+  /** Only streams whose name starts with this. */
+  streamPrefix?: string;
+}
+
 export interface SubscribeOptions {
   /** Exclusive: the subscription yields the events after this position (a checkpoint). */
   fromPosition?: number | 'start' | 'end';
@@ -80,8 +85,8 @@ export interface EventStoreReader {
   readStream(stream: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
   readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
   subscribeToAll(options?: SubscribeOptions): Subscription;
-  /** Position of the newest event in the log, 0 when empty. */
-  headPosition(): Promise<number>;
+  /** Position of the newest event in the log (or in the streams with the prefix), 0 when none. */
+  headPosition(options?: HeadPositionOptions): Promise<number>;
 }
 
 export interface EventStore extends EventStoreReader, EventStoreWriter {

@@ -17,6 +17,7 @@ import {
   type EventStore,
   type EventToAppend,
   type ExpectedRevision,
+  type HeadPositionOptions,
   type ReadAllOptions,
   type ReadStreamOptions,
   type RecordedEvent,
@@ -90,6 +91,7 @@ export class SqliteEventStore implements EventStore {
     after: Statement<[number, number], EventRow>;
     afterPrefixed: Statement<[number, number, string, number], EventRow>;
     headPosition: Statement<[], { position: number | null }>;
+    headPositionPrefixed: Statement<[number, string], { position: number }>;
   };
   private readonly runGroup: (group: PendingAppend[]) => Array<AppendResult | { error: unknown }>;
 
@@ -131,6 +133,10 @@ export class SqliteEventStore implements EventStore {
         `SELECT ${columns} FROM events WHERE position > ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?`,
       ),
       headPosition: this.db.prepare('SELECT MAX(position) AS position FROM events'),
+      // Walks back from the tail, so it costs the number of other streams' events at the end.
+      headPositionPrefixed: this.db.prepare(
+        'SELECT position FROM events WHERE substr(stream, 1, ?) = ? ORDER BY position DESC LIMIT 1',
+      ),
     };
     // Every refusal is decided before an append's first insert, so a refused append has
     // written nothing and needs no savepoint of its own (a savepoint per append made SQLite
@@ -294,8 +300,12 @@ export class SqliteEventStore implements EventStore {
     return rows.map(toRecorded);
   }
 
-  async headPosition(): Promise<number> {
-    return this.statements.headPosition.get()?.position ?? 0;
+  async headPosition(options: HeadPositionOptions = {}): Promise<number> {
+    const prefix = options.streamPrefix;
+    const row = prefix
+      ? this.statements.headPositionPrefixed.get(prefix.length, prefix)
+      : this.statements.headPosition.get();
+    return row?.position ?? 0;
   }
 
   subscribeToAll(options: SubscribeOptions = {}): Subscription {

@@ -76,4 +76,42 @@ describe('the projector', () => {
     readModels.close();
     await log.close();
   }, 30_000);
+
+  it('counts as past a position when only events of other streams (receipts) follow its last run event', async () => {
+    const log = new SqliteEventStore({ file: join(dir, 'others.db'), synchronous: 'NORMAL' });
+    const readModels = new ReadModelStore(join(dir, 'others-read-models.db'));
+    revision = -1;
+    const runHead = await append(log, [
+      { type: 'run.started', data: { threadId: 'thread-1', agent: 'a', source: 'api' } },
+      say(1),
+    ]);
+    const receipt = await log.append('receipt-1', [
+      {
+        id: '00000000-0000-7000-9000-000000000001',
+        type: 'receipt.consumed',
+        data: {},
+        metadata: {},
+      },
+    ]);
+    const failures: unknown[] = [];
+    const projector = new Projector(log, readModels, {
+      committed: () => undefined,
+      failed: (e) => failures.push(e),
+    });
+    projector.start();
+    try {
+      await projector.waitFor(receipt.position, 2_000);
+      expect(projector.current()).toBe(runHead);
+      // A position not yet written is still ahead, whatever the log's other streams hold.
+      await expect(projector.waitFor(receipt.position + 1, 100)).rejects.toMatchObject({
+        name: 'ProjectionBehindError',
+        position: runHead,
+      });
+      expect(failures).toEqual([]);
+    } finally {
+      await projector.stop();
+      readModels.close();
+      await log.close();
+    }
+  });
 });

@@ -97,12 +97,19 @@ export class Projector {
     this.flush();
   }
 
-  /** Resolves once the projection has passed `minPosition`; rejects after `timeoutMs`. */
-  waitFor(minPosition: number, timeoutMs: number): Promise<void> {
-    if (this.position >= minPosition) return Promise.resolve();
-    return new Promise<void>((resolve, reject) => {
+  /**
+   * Resolves once the projection has passed `minPosition`; rejects after `timeoutMs`. Only run
+   * streams are projected, so a position of another stream (a consumed receipt) counts as
+   * passed once the last run event before it is folded.
+   */
+  async waitFor(minPosition: number, timeoutMs: number): Promise<void> {
+    if (this.position >= minPosition) return;
+    const deadline = Date.now() + timeoutMs;
+    const target = await this.positionToPass(minPosition);
+    if (this.position >= target) return;
+    await new Promise<void>((resolve, reject) => {
       const waiter = {
-        min: minPosition,
+        min: target,
         resolve: () => {
           clearTimeout(timer);
           resolve();
@@ -111,9 +118,21 @@ export class Projector {
       const timer = setTimeout(() => {
         this.waiters.delete(waiter);
         reject(new ProjectionBehindError(this.position, minPosition));
-      }, timeoutMs);
+      }, deadline - Date.now());
       this.waiters.add(waiter);
     });
+  }
+
+  /**
+   * The run event the projection must fold to have passed `minPosition`: the last one at or
+   * before it, or `minPosition` itself while the log has not reached it (a run event may
+   * still land there). The log head is read first: every event up to it is already written.
+   */
+  private async positionToPass(minPosition: number): Promise<number> {
+    const head = await this.log.headPosition();
+    if (minPosition > head) return minPosition;
+    const runHead = await this.log.headPosition({ streamPrefix: RUN_STREAM_PREFIX });
+    return Math.min(minPosition, runHead);
   }
 
   private async follow(subscription: Subscription): Promise<void> {

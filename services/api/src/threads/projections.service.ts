@@ -13,6 +13,7 @@ import {
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
 } from '@nestjs/common';
+import { RUN_STREAM_PREFIX } from '@runledger/domain';
 import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import {
@@ -93,7 +94,7 @@ export class ProjectionsService
 
   async onApplicationBootstrap(): Promise<void> {
     if (this.readModels.isEmpty()) {
-      const head = await this.log.headPosition();
+      const head = await this.log.headPosition({ streamPrefix: RUN_STREAM_PREFIX });
       if (head > 0) this.rebuild = new RebuildProgress(head, this.logger, this.metrics);
     }
     if (!this.rebuild) this.metrics.rebuildProgress.set(1);
@@ -159,7 +160,8 @@ export class ProjectionsService
   }
 
   private async refreshLag(): Promise<void> {
-    const head = await this.log.headPosition();
+    // Only run streams are projected: a consumed receipt after them is nothing to catch up on.
+    const head = await this.log.headPosition({ streamPrefix: RUN_STREAM_PREFIX });
     const position = this.projector.current();
     const behind = Math.max(0, head - position);
     this.metrics.projectorLagEvents.set(behind);

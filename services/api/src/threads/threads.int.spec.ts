@@ -200,6 +200,25 @@ describe('rebuild', () => {
       .get(`/v1/threads/${threadId}?minPosition=${res.body.position}`)
       .set(first.auth());
     expect(live.body.status).toBe('blocked');
+    // A consumed receipt is the log's last event: it lives outside the run streams projected.
+    const resolved = await first
+      .http()
+      .post(`/v1/runs/${runId}/approvals/a1/resolve`)
+      .set(first.auth())
+      .send({ decision: 'allow' });
+    expect(resolved.status).toBe(201);
+    const consumed = await first
+      .http()
+      .post('/v1/receipts/consume')
+      .set(first.auth())
+      .send({ receipt: resolved.body.receipt, toolName: 'deploy', input: { env: 'prod' } });
+    expect(consumed.status).toBe(200);
+    const afterReceipt = await first
+      .http()
+      .get(`/v1/threads/${threadId}?minPosition=${consumed.body.position}`)
+      .set(first.auth());
+    expect(afterReceipt.status).toBe(200);
+    expect(afterReceipt.body.status).toBe('running');
     const dataDir = first.config.dataDir;
     await first.app.close();
     for (const suffix of ['', '-wal', '-shm'])
@@ -209,9 +228,9 @@ describe('rebuild', () => {
     try {
       const rebuilt = await second
         .http()
-        .get(`/v1/threads/${threadId}?minPosition=${res.body.position}`)
+        .get(`/v1/threads/${threadId}?minPosition=${consumed.body.position}`)
         .set(second.auth());
-      expect(rebuilt.body).toEqual(live.body);
+      expect(rebuilt.body).toEqual(afterReceipt.body);
       const metrics = await second.http().get('/metrics');
       expect(metrics.text).toMatch(/runledger_projector_position [1-9]/);
       expect(metrics.text).toContain('runledger_projector_lag_events');
