@@ -1,8 +1,8 @@
 /**
  * The Kafka mirror inside the api, against the real local broker (test/kafka): events
- * appended over HTTP reach the topic exactly once after dedup and in order per run; a broker
- * outage is retried, visible in metrics and readiness, and loses nothing; a poison event is
- * parked, listed, and re-driven while the events after it flow.
+ * appended over HTTP reach the topic exactly once after dedup and in order per run, in either
+ * wire format; a broker outage is retried, visible in metrics and readiness, and loses
+ * nothing; a poison event is parked, listed, and re-driven while the events after it flow.
  */
 import { randomUUID } from 'node:crypto';
 import { Metrics } from '@runledger/observability';
@@ -108,6 +108,42 @@ describeKafka('the Kafka mirror (real broker)', () => {
     }
   });
 
+  it('publishes JSON values with MIRROR_FORMAT=json, the data inline and the truncation stamp kept', async () => {
+    const topic = uniqueTopic('json');
+    const t = await startTestApp(
+      mirrorEnv(topic, { MIRROR_FORMAT: 'json', EVENT_MAX_BYTES: '4096' }),
+    );
+    const consumer = new RunEventCollector(topic);
+    try {
+      const runId = `run-${randomUUID()}`;
+      await append(t, runId, [
+        started('thread-json'),
+        message('héllo 👋'),
+        {
+          type: 'tool.finished',
+          data: { toolCallId: 'c1', failed: false, output: 'x'.repeat(10_000) },
+        },
+      ]);
+      await consumer.start();
+      await consumer.waitForUnique(3, 60_000);
+      const received = [...consumer.unique.values()];
+      expect(received.map((r) => r.headers['content-type'])).toEqual(
+        Array(3).fill('application/json'),
+      );
+      const [first, second, third] = received.map((r) => r.event);
+      expect(first).toMatchObject({ run: runId, thread: 'thread-json', revision: 0 });
+      expect(second.data).toMatchObject({ role: 'user', text: 'héllo 👋' });
+      expect(second.truncation).toBeUndefined();
+      expect(third.truncation).toMatchObject({ limitBytes: 4096 });
+      expect(third.truncation!.originalByteLength).toBeGreaterThan(10_000);
+      expect(JSON.stringify(third.data).length).toBeLessThan(4096);
+      expect(third.prevHash).toBe(second.hash);
+    } finally {
+      await consumer.stop();
+      await t.close();
+    }
+  });
+
   it('rides out a broker outage: retries, shows it in metrics and readiness, then delivers everything in order', async () => {
     const topic = uniqueTopic('outage');
     const t = await startTestApp(mirrorEnv(topic));
@@ -192,7 +228,7 @@ describeKafka('the Kafka mirror (real broker)', () => {
       expect(parked.reason).toMatch(/MESSAGE_TOO_LARGE|RECORD_LIST_TOO_LARGE/);
       expect(await metric(t, 'runledger_mirror_parked_events_total')).toBe(1);
       expect(await metric(t, 'runledger_mirror_parked_events')).toBe(1);
-      // Another tenant neither lists it nor re-drives it; a key without admin is refused.
+      // A key without admin is refused; another tenant's admin neither lists nor re-drives it.
       expect((await t.http().get('/v1/admin/mirror/parked').set(t.auth(KEYS.tenantB))).status).toBe(
         403,
       );
@@ -204,6 +240,14 @@ describeKafka('the Kafka mirror (real broker)', () => {
             .set(t.auth(KEYS.readerA))
         ).status,
       ).toBe(403);
+      const foreign = await t.http().get('/v1/admin/mirror/parked').set(t.auth(KEYS.adminB));
+      expect(`${foreign.status} ${JSON.stringify(foreign.body.parked)}`).toBe('200 []');
+      const foreignRetry = await t
+        .http()
+        .post(`/v1/admin/mirror/parked/${parked.eventId}/retry`)
+        .set(t.auth(KEYS.adminB));
+      expect(foreignRetry.status).toBe(404);
+      expect(foreignRetry.body).toMatchObject({ error: 'parked_event_not_found' });
 
       // Still refused: the retry says so and the event stays parked.
       const refused = await t

@@ -14,6 +14,7 @@ export const KEYS = {
   tenantA: 'key-tenant-a-0123456789',
   tenantB: 'key-tenant-b-0123456789',
   readerA: 'key-reader-a-0123456789',
+  adminB: 'key-admin-b-0123456789',
 };
 
 export interface TestApp {
@@ -35,7 +36,7 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
   const dataDir = env.DATA_DIR ?? mkdtempSync(join(tmpdir(), 'runledger-http-'));
   const config = loadConfig({
     DATA_DIR: dataDir,
-    RUNLEDGER_API_KEYS: `${KEYS.tenantA}=tenant-a:append,read,admin;${KEYS.tenantB}=tenant-b:append,read;${KEYS.readerA}=tenant-a:read`,
+    RUNLEDGER_API_KEYS: `${KEYS.tenantA}=tenant-a:append,read,admin;${KEYS.tenantB}=tenant-b:append,read;${KEYS.readerA}=tenant-a:read;${KEYS.adminB}=tenant-b:read,admin`,
     // Suites drive one key far past the production budgets; limits/rate-limits.int.spec.ts
     // sets the real ones.
     RATE_LIMIT_CALLS: '100000',
