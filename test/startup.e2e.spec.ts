@@ -43,6 +43,30 @@ describe('first start without RUNLEDGER_API_KEYS', () => {
   });
 });
 
+describe('keys as short as the format example', () => {
+  it('starts, warns on stderr that the keys are guessable, and accepts them', async () => {
+    const service = await startService({
+      dataDir: makeTempDir(),
+      apiKeys: 'key1=tenantA:append,read;key2=tenantB:read,admin',
+    });
+    try {
+      const res = await request(service.baseUrl, '/v1/runs/x/events', { key: 'key1' });
+      expect(res.status).toBe(404);
+      expect((await request(service.baseUrl, '/v1/runs/x/events', { key: 'key3' })).status).toBe(
+        401,
+      );
+      // Written before the app starts, so it is in the pipe before the listening line.
+      for (let i = 0; i < 50 && !/shorter than 16/.test(service.process.stderr); i += 1)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(service.process.stderr).toMatch(
+        /keys shorter than 16 characters \(tenants tenantA, tenantB\)/,
+      );
+    } finally {
+      await service.kill('SIGTERM');
+    }
+  });
+});
+
 describe('a bad setting', () => {
   it('stops the process with a non-zero exit and a message naming PORT', async () => {
     const result = await runUntilExit({

@@ -4,7 +4,7 @@
  */
 import type { AddressInfo } from 'node:net';
 import { createApp } from './app';
-import { provisionDevKey } from './auth/api-keys';
+import { provisionDevKey, shortKeyWarning } from './auth/api-keys';
 import { jsonLogger, loadConfigOrExit } from './config/process-config';
 import { mirrorStatusLine } from './mirror/mirror.imports';
 
@@ -13,6 +13,8 @@ async function main(): Promise<void> {
   const logger = jsonLogger('runledger', config);
   const dev = config.apiKeys === undefined ? provisionDevKey(config.dataDir) : undefined;
   const keys = config.apiKeys ?? [dev!.key];
+  const warning = shortKeyWarning(keys);
+  if (warning) console.warn(warning);
   const app = await createApp(config, keys, logger);
   app.enableShutdownHooks();
   await app.listen(config.port, config.host);

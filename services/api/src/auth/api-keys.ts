@@ -26,6 +26,18 @@ export class ApiKeyTable {
   }
 }
 
+/** Below this many characters a key is guessable; it still works, with a warning at start-up. */
+export const SHORT_KEY_LENGTH = 16;
+
+/** The start-up warning for configured keys short enough to guess, naming their tenants. */
+export function shortKeyWarning(keys: readonly ApiKey[]): string | null {
+  const tenants = [
+    ...new Set(keys.filter((k) => k.key.length < SHORT_KEY_LENGTH).map((k) => k.tenantId)),
+  ];
+  if (tenants.length === 0) return null;
+  return `warning: RUNLEDGER_API_KEYS holds keys shorter than ${SHORT_KEY_LENGTH} characters (tenants ${tenants.join(', ')}): fine for a test, guessable anywhere else`;
+}
+
 function digest(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }

@@ -265,10 +265,13 @@ export class ConfigError extends Error {
 
 const TENANT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
-/** `key1=tenantA:append,read;key2=tenantB:read,admin` */
+/**
+ * `key1=tenantA:append,read;key2=tenantB:read,admin`. Short keys are accepted (test set-ups
+ * use them) and warned about at start-up: see `shortKeyWarning`.
+ */
 export function parseApiKeys(text: string): ApiKey[] {
   const rule =
-    'RUNLEDGER_API_KEYS must look like key1=tenantA:append,read;key2=tenantB:read,admin (keys of at least 16 characters, scopes among append, read, admin)';
+    'RUNLEDGER_API_KEYS must look like key1=tenantA:append,read;key2=tenantB:read,admin (keys without spaces or "=", scopes among append, read, admin)';
   const entries = text
     .split(';')
     .map((entry) => entry.trim())
@@ -276,7 +279,7 @@ export function parseApiKeys(text: string): ApiKey[] {
   if (entries.length === 0) throw new ConfigError([`${rule}: no key given`]);
   const seen = new Set<string>();
   return entries.map((entry, i) => {
-    const match = /^([^=\s]{16,})=([^:\s]+):([a-z,]+)$/.exec(entry);
+    const match = /^([^=\s]+)=([^:\s]+):([a-z,]+)$/.exec(entry);
     if (!match) throw new ConfigError([`${rule}: entry ${i + 1} is malformed`]);
     const [, key, tenantId, scopeList] = match;
     if (!TENANT_PATTERN.test(tenantId))

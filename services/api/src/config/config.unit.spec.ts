@@ -1,3 +1,4 @@
+import { shortKeyWarning } from '../auth/api-keys';
 import { ConfigError, loadConfig, parseApiKeys } from './config';
 
 function problemsOf(env: Record<string, string>): string[] {
@@ -153,8 +154,24 @@ describe('RUNLEDGER_API_KEYS', () => {
     ]);
   });
 
+  it('accepts short keys, as in the format example, and warns about them for their tenants', () => {
+    const keys = parseApiKeys('key1=tenantA:append,read;key2=tenantB:read,admin');
+    expect(keys.map((k) => [k.key, k.tenantId, [...k.scopes]])).toEqual([
+      ['key1', 'tenantA', ['append', 'read']],
+      ['key2', 'tenantB', ['read', 'admin']],
+    ]);
+    expect(shortKeyWarning(keys)).toMatch(
+      /shorter than 16 characters \(tenants tenantA, tenantB\)/,
+    );
+    expect(
+      shortKeyWarning(parseApiKeys('key-aaaaaaaaaaaaaaaa=tenantA:read;k=tenantB:read')),
+    ).toMatch(/\(tenants tenantB\)/);
+    expect(shortKeyWarning(parseApiKeys('key-aaaaaaaaaaaaaaaa=tenantA:read'))).toBeNull();
+  });
+
   it.each([
-    ['short=tenantA:read', /entry 1 is malformed/],
+    ['=tenantA:read', /entry 1 is malformed/],
+    ['two words=tenantA:read', /entry 1 is malformed/],
     ['key-aaaaaaaaaaaaaaaa=tenantA', /entry 1 is malformed/],
     ['key-aaaaaaaaaaaaaaaa=tenantA:read,write', /unknown scopes write/],
     ['key-aaaaaaaaaaaaaaaa=a:read;key-aaaaaaaaaaaaaaaa=b:read', /entry 2 repeats a key/],
