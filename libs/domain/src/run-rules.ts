@@ -2,8 +2,6 @@
  * The run's lifecycle rules for an append, as a pure decision over what the stream's last
  * recorded event says. No I/O: the caller reads the head and acts on the verdict.
  */
-import type { EventType } from './event-types';
-
 export const RUN_STREAM_PREFIX = 'run-';
 
 export function runStream(runId: string): string {
@@ -17,12 +15,24 @@ export interface RunHead {
   tenantId: string;
   threadId: string;
   finished: boolean;
+  /** The turn in progress once the last event was recorded, from its stamp; null when none. */
+  activeTurnId: string | null;
 }
 
 export type RunRuleViolation =
   | { code: 'run_not_found'; message: string }
   | { code: 'run_already_started'; message: string; index: number }
-  | { code: 'run_finished'; message: string; index?: number };
+  | { code: 'run_finished'; message: string; index?: number }
+  | { code: 'turn_already_active'; message: string; index: number; activeTurnId: string };
+
+/** What the rules read of an event: its type, and the turn id of the turn events. */
+export interface RuleEvent {
+  type: string;
+  data: unknown;
+}
+
+/** Metadata key of the server's stamp: the run's active turn once the event is recorded. */
+export const ACTIVE_TURN_STAMP = 'activeTurnId';
 
 /**
  * Decides whether a batch may be appended to a run. A foreign tenant's run is reported
@@ -32,8 +42,9 @@ export function checkRunAppend(
   head: RunHead | null,
   tenantId: string,
   runId: string,
-  types: readonly EventType[],
+  events: readonly RuleEvent[],
 ): RunRuleViolation | null {
+  const types = events.map((event) => event.type);
   // A foreign run and a run not yet started answer alike, so a tenant never learns another's run exists.
   const notFound: RunRuleViolation = {
     code: 'run_not_found',
@@ -44,8 +55,18 @@ export function checkRunAppend(
   if (head?.finished) {
     return { code: 'run_finished', message: `run ${runId} is finished: nothing can be appended` };
   }
+  let activeTurnId = head?.activeTurnId ?? null;
   for (let index = 0; index < types.length; index += 1) {
     const type = types[index];
+    if (type === 'turn.started' && activeTurnId !== null) {
+      return {
+        code: 'turn_already_active',
+        message: `run ${runId} has turn ${activeTurnId} in progress: finish it before starting another (at most one active turn per run)`,
+        index,
+        activeTurnId,
+      };
+    }
+    activeTurnId = nextActiveTurn(activeTurnId, events[index]);
     if (type === 'run.started' && (head !== null || index > 0)) {
       return { code: 'run_already_started', message: `run ${runId} is already started`, index };
     }
@@ -58,6 +79,43 @@ export function checkRunAppend(
     }
   }
   return null;
+}
+
+/**
+ * The run's active turn after `event`. A turn ends with its own `turn.finished` (one naming
+ * another turn changes nothing) or with the run.
+ */
+function nextActiveTurn(active: string | null, event: RuleEvent): string | null {
+  const turnId = (event.data as { turnId?: unknown } | null)?.turnId;
+  switch (event.type) {
+    case 'turn.started':
+      return typeof turnId === 'string' ? turnId : active;
+    case 'turn.finished':
+      return turnId === active ? null : active;
+    case 'run.finished':
+      return null;
+    default:
+      return active;
+  }
+}
+
+/**
+ * Stamps each event's metadata with the run's active turn once it is recorded (the key is
+ * absent when no turn is active, whatever the client sent), so the next append learns the
+ * active turn from the stream's last event alone.
+ */
+export function stampActiveTurns<E extends RuleEvent & { metadata: Record<string, unknown> }>(
+  head: RunHead | null,
+  events: readonly E[],
+): E[] {
+  let active = head?.activeTurnId ?? null;
+  return events.map((event) => {
+    active = nextActiveTurn(active, event);
+    const metadata = { ...event.metadata };
+    delete metadata[ACTIVE_TURN_STAMP];
+    if (active !== null) metadata[ACTIVE_TURN_STAMP] = active;
+    return { ...event, metadata };
+  });
 }
 
 /** Reads a run's head from its last recorded event's server-stamped metadata. */
@@ -74,5 +132,6 @@ export function runHeadOf(last: {
     tenantId: text('tenantId'),
     threadId: text('threadId'),
     finished: last.type === 'run.finished',
+    activeTurnId: text(ACTIVE_TURN_STAMP) || null,
   };
 }

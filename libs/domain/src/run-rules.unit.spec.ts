@@ -2,8 +2,17 @@
  * A run's lifecycle rules for an append, decided from the run's head (its last recorded
  * event) and the batch's types: given a head, when a batch of types arrives, then a verdict.
  */
+import fc from 'fast-check';
 import type { EventType } from './event-types';
-import { checkRunAppend, runHeadOf, runStream, type RunHead } from './run-rules';
+import { runCommandState } from './run-commands';
+import {
+  checkRunAppend,
+  runHeadOf,
+  runStream,
+  stampActiveTurns,
+  type RuleEvent,
+  type RunHead,
+} from './run-rules';
 
 const TENANT = 'tenant-a';
 const OTHER_TENANT = 'tenant-b';
@@ -15,14 +24,22 @@ const openRun: RunHead = {
   tenantId: TENANT,
   threadId: 'thread-1',
   finished: false,
+  activeTurnId: null,
 };
 const finishedRun: RunHead = { ...openRun, finished: true };
 
+const ofTypes = (types: EventType[]): RuleEvent[] => types.map((type) => ({ type, data: {} }));
+const turn = (type: 'turn.started' | 'turn.finished', turnId: string): RuleEvent => ({
+  type,
+  data: type === 'turn.started' ? { turnId, source: 'typed' } : { turnId, status: 'completed' },
+});
+
 /** given(head).when(tenant, ...types) → the verdict of checkRunAppend. */
 const given = (head: RunHead | null) => ({
-  whenAppending: (...types: EventType[]) => checkRunAppend(head, TENANT, RUN, types),
+  whenAppending: (...types: EventType[]) => checkRunAppend(head, TENANT, RUN, ofTypes(types)),
   whenTenantAppends: (tenantId: string, ...types: EventType[]) =>
-    checkRunAppend(head, tenantId, RUN, types),
+    checkRunAppend(head, tenantId, RUN, ofTypes(types)),
+  whenAppendingEvents: (...events: RuleEvent[]) => checkRunAppend(head, TENANT, RUN, events),
 });
 
 describe('checkRunAppend', () => {
@@ -174,6 +191,104 @@ describe('checkRunAppend', () => {
   });
 });
 
+describe('at most one active turn per run', () => {
+  const inTurn: RunHead = { ...openRun, activeTurnId: 't1' };
+
+  it('refuses a turn.started while another turn is active, naming it and the index', () => {
+    expect(given(inTurn).whenAppendingEvents(turn('turn.started', 't2'))).toEqual({
+      code: 'turn_already_active',
+      message: expect.stringContaining('turn t1 in progress'),
+      index: 0,
+      activeTurnId: 't1',
+    });
+  });
+
+  it('refuses a second turn.started within one batch', () => {
+    expect(
+      given(openRun).whenAppendingEvents(turn('turn.started', 't1'), turn('turn.started', 't2')),
+    ).toMatchObject({ code: 'turn_already_active', index: 1, activeTurnId: 't1' });
+  });
+
+  it('accepts the next turn once the active one finished, in the same batch or before it', () => {
+    expect(
+      given(inTurn).whenAppendingEvents(turn('turn.finished', 't1'), turn('turn.started', 't2')),
+    ).toBeNull();
+    expect(given(openRun).whenAppendingEvents(turn('turn.started', 't2'))).toBeNull();
+  });
+
+  it('keeps the active turn when a turn.finished names another turn', () => {
+    expect(
+      given(inTurn).whenAppendingEvents(turn('turn.finished', 't9'), turn('turn.started', 't2')),
+    ).toMatchObject({ code: 'turn_already_active', index: 1, activeTurnId: 't1' });
+  });
+});
+
+describe('stampActiveTurns', () => {
+  const withMeta = (event: RuleEvent, metadata: Record<string, unknown> = {}) => ({
+    ...event,
+    metadata,
+  });
+
+  it('stamps each event with the turn active once it is recorded, and drops a client’s stamp', () => {
+    const stamped = stampActiveTurns(openRun, [
+      withMeta({ type: 'message.added', data: {} }, { activeTurnId: 'forged', source: 'x' }),
+      withMeta(turn('turn.started', 't1')),
+      withMeta({ type: 'message.added', data: {} }),
+      withMeta(turn('turn.finished', 't1')),
+    ]);
+
+    expect(stamped.map((e) => e.metadata)).toEqual([
+      { source: 'x' },
+      { activeTurnId: 't1' },
+      { activeTurnId: 't1' },
+      {},
+    ]);
+  });
+
+  it('agrees with the commands’ fold of the whole stream, however the stream is cut into appends', () => {
+    const turnEvent = fc.oneof(
+      fc.record({
+        type: fc.constantFrom('turn.started' as const, 'turn.finished' as const),
+        id: fc.constantFrom('t1', 't2', 't3'),
+      }),
+      fc.constant({ type: 'message.added' as const, id: '' }),
+    );
+    fc.assert(
+      fc.property(
+        fc.array(turnEvent, { maxLength: 30 }),
+        fc.array(fc.integer({ min: 1, max: 5 })),
+        (steps, cuts) => {
+          const events = steps.map((s) =>
+            s.type === 'message.added' ? { type: s.type, data: {} } : turn(s.type, s.id),
+          );
+          // Append batch by batch as the service does: refused batches are not recorded.
+          const recorded: {
+            type: string;
+            data: unknown;
+            revision: number;
+            metadata: Record<string, unknown>;
+          }[] = [];
+          let head: RunHead = openRun;
+          let next = 0;
+          for (let c = 0; next < events.length; c += 1) {
+            const batch = events.slice(next, next + (cuts[c % Math.max(cuts.length, 1)] ?? 1));
+            next += batch.length;
+            if (checkRunAppend(head, TENANT, RUN, batch) !== null) continue;
+            for (const event of stampActiveTurns(
+              head,
+              batch.map((e) => withMeta(e)),
+            )) {
+              recorded.push({ ...event, revision: recorded.length });
+              head = runHeadOf(recorded[recorded.length - 1]);
+            }
+          }
+          expect(head.activeTurnId).toBe(runCommandState(recorded).activeTurnId);
+        },
+      ),
+    );
+  });
+});
+
 describe('runHeadOf', () => {
   it('reads the head from the last event’s server-stamped metadata', () => {
     const head = runHeadOf({
@@ -188,7 +303,15 @@ describe('runHeadOf', () => {
       tenantId: TENANT,
       threadId: 'thread-1',
       finished: false,
+      activeTurnId: null,
     });
+  });
+
+  it('reads the active turn from the last event’s stamp', () => {
+    expect(
+      runHeadOf({ type: 'message.added', revision: 7, metadata: { activeTurnId: 't1' } })
+        .activeTurnId,
+    ).toBe('t1');
   });
 
   it('marks a run whose last event is run.finished as finished', () => {
@@ -210,8 +333,9 @@ describe('runHeadOf', () => {
     const finished = runHeadOf({ type: 'run.finished', revision: 2, metadata });
     const open = runHeadOf({ type: 'turn.finished', revision: 2, metadata });
 
-    expect(checkRunAppend(finished, TENANT, RUN, ['message.added'])?.code).toBe('run_finished');
-    expect(checkRunAppend(open, TENANT, RUN, ['message.added'])).toBeNull();
+    const message = ofTypes(['message.added']);
+    expect(checkRunAppend(finished, TENANT, RUN, message)?.code).toBe('run_finished');
+    expect(checkRunAppend(open, TENANT, RUN, message)).toBeNull();
   });
 });
 

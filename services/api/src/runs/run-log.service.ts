@@ -15,6 +15,7 @@ import {
   runHeadOf,
   runStream,
   sealBatch,
+  stampActiveTurns,
   validateEvent,
   type ChainVerdict,
   type RunHead,
@@ -62,6 +63,7 @@ const RULE_STATUS: Record<RunRuleViolation['code'], number> = {
   run_not_found: 404,
   run_already_started: 409,
   run_finished: 409,
+  turn_already_active: 409,
 };
 
 /** Appends that lose a race with another process re-read the head and try again, this often. */
@@ -214,12 +216,7 @@ export class RunLogService {
     for (let attempt = 1; ; attempt += 1) {
       const cached = this.heads.get(stream);
       const head = cached ?? (await this.readHead(stream));
-      const violation = checkRunAppend(
-        head,
-        tenantId,
-        runId,
-        events.map((e) => e.type),
-      );
+      const violation = checkRunAppend(head, tenantId, runId, events);
       const mismatch = !expectationHolds(expected, head?.revision);
       if ((violation || mismatch) && cached) {
         // Decide a refusal on the stored head only: another process may have moved it.
@@ -236,7 +233,7 @@ export class RunLogService {
         throw wrongRevision(expected, head);
       }
       const threadId = head?.threadId ?? (events[0].data as { threadId: string }).threadId;
-      const sealed = sealBatch(head, { tenantId, runId, threadId }, events);
+      const sealed = sealBatch(head, { tenantId, runId, threadId }, stampActiveTurns(head, events));
       try {
         const result = await this.store.append(stream, sealed, {
           expectedRevision: head?.revision ?? 'no_stream',
@@ -451,7 +448,14 @@ export function assertRunId(runId: string): void {
 function ruleError(violation: RunRuleViolation): ApiError {
   const details =
     'index' in violation && violation.index !== undefined ? { index: violation.index } : undefined;
-  return new ApiError(RULE_STATUS[violation.code], violation.code, violation.message, details);
+  const fields = 'activeTurnId' in violation ? { activeTurnId: violation.activeTurnId } : {};
+  return new ApiError(
+    RULE_STATUS[violation.code],
+    violation.code,
+    violation.message,
+    details,
+    fields,
+  );
 }
 
 function wrongRevision(

@@ -32,7 +32,7 @@ export class RunsController {
       'Body `{ expectedRevision?, events: [{ id?, type, data, metadata? }] }`. The batch is validated whole and ' +
       'appended atomically; 201 `{ runId, firstRevision, lastRevision, position, events: [{ id, revision, position }] }`. ' +
       'Re-sending ids already recorded answers the originals. 400 invalid (nothing written), 403 server-only type, ' +
-      '404 unknown or foreign run, 409 wrong expected revision / run finished / id conflict.',
+      '404 unknown or foreign run, 409 wrong expected revision / run finished / turn already active / id conflict.',
   })
   append(
     @CurrentPrincipal() principal: Principal,

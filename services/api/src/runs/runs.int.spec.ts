@@ -37,7 +37,13 @@ async function recorded(runId: string, key = KEYS.tenantA) {
   const res = await t.http().get(`/v1/runs/${runId}/events?limit=1000`).set(t.auth(key));
   return res.status === 404
     ? []
-    : (res.body.events as { id: string; type: string; revision: number; data: unknown }[]);
+    : (res.body.events as {
+        id: string;
+        type: string;
+        revision: number;
+        data: unknown;
+        metadata: Record<string, unknown>;
+      }[]);
 }
 
 describe('POST /v1/runs/:runId/events', () => {
@@ -81,6 +87,39 @@ describe('POST /v1/runs/:runId/events', () => {
     expect(res.status).toBe(409);
     expect(res.body.error).toBe('run_already_started');
     expect(await recorded(runId)).toHaveLength(1);
+  });
+
+  it('keeps at most one active turn per run: a second turn.started is a 409 naming the active turn', async () => {
+    const runId = newRunId();
+    const turnStarted = (turnId: string) => ({
+      type: 'turn.started',
+      data: { turnId, source: 'typed' },
+    });
+    await append(runId, { events: [started(), turnStarted('t1'), message('hi')] });
+    const second = await append(runId, { events: [message('more'), turnStarted('t2')] });
+    expect(second.status).toBe(409);
+    expect(second.body).toMatchObject({
+      error: 'turn_already_active',
+      activeTurnId: 't1',
+      details: { index: 1 },
+    });
+    expect(await recorded(runId)).toHaveLength(3);
+    const next = await append(runId, {
+      events: [
+        { type: 'turn.finished', data: { turnId: 't1', status: 'completed' } },
+        turnStarted('t2'),
+      ],
+    });
+    expect(next.status).toBe(201);
+    const events = await recorded(runId);
+    // The server's stamp: the run's active turn once each event is recorded.
+    expect(events.map((e) => e.metadata.activeTurnId)).toEqual([
+      undefined,
+      't1',
+      't1',
+      undefined,
+      't2',
+    ]);
   });
 
   it('refuses every append after run.finished with 409', async () => {
