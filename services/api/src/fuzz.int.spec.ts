@@ -890,7 +890,7 @@ function commandBodyValid(command: Command, body: unknown): boolean {
         nonBlank(body.instruction)
       );
     case 'stop':
-      return keys === 'reason' && nonBlank(body.reason, 4096);
+      return keys === '' || (keys === 'reason' && nonBlank(body.reason, 4096));
     case 'resolve':
     case 'answer':
       return keys === 'decision' && (body.decision === 'allow' || body.decision === 'deny');

@@ -1,5 +1,5 @@
 /** The command bodies, strict like every event schema. */
-import { Allow, IsIn, IsNotEmpty, IsString, MaxLength } from 'class-validator';
+import { Allow, IsIn, IsNotEmpty, IsOptional, IsString, MaxLength } from 'class-validator';
 import { DECISIONS, type Decision } from '@runledger/domain';
 
 export class SteerBody {
@@ -14,10 +14,12 @@ export class SteerBody {
 }
 
 export class StopBody {
+  /** Optional, like `run.finished`'s own reason. */
+  @IsOptional()
   @IsString()
   @IsNotEmpty()
   @MaxLength(4096)
-  reason!: string;
+  reason?: string;
 }
 
 export class DecisionBody {

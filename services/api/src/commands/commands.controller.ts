@@ -44,7 +44,7 @@ export class CommandsController {
   @RateLimited('costly')
   @ApiOperation({
     summary:
-      'Stop a run: `{ reason }` finishes it as cancelled; a finished run answers 409 with its status',
+      'Stop a run: `{ reason? }` (the body is optional) finishes it as cancelled; a finished run answers 409 with its status',
   })
   stop(@Req() request: FastifyRequest, @Param('runId') runId: string, @Body() body: unknown) {
     return this.commands.stop(callerOf(request), runId, body);

@@ -104,6 +104,17 @@ describe('stop', () => {
       reason: 'the caller hung up',
     });
   });
+
+  it('needs no reason, nor any body', async () => {
+    const { runId } = await newRun();
+    const bare = await t.http().post(`/v1/runs/${runId}/stop`).set(t.auth());
+    expect(`${bare.status} ${bare.text}`).toMatch(/^201 /);
+    const events = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
+    expect(events.body.events[1].data).toEqual({ status: 'cancelled' });
+    const other = await newRun();
+    expect((await post(`/v1/runs/${other.runId}/stop`, { reason: '' })).status).toBe(400);
+    expect((await post(`/v1/runs/${other.runId}/stop`, {})).status).toBe(201);
+  });
 });
 
 describe('resolve', () => {

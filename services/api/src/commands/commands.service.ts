@@ -90,14 +90,23 @@ export class CommandsService {
   }
 
   async stop(caller: Caller, runId: string, raw: unknown) {
-    const body = validateBody(StopBody, raw);
+    // A stop needs nothing but its run: no body at all is a stop without a reason.
+    const body = validateBody(StopBody, raw ?? {});
     const state = await this.state(caller, runId);
     assertNotFinished(state, runId);
     try {
       const result = await this.runLog.appendAsServer(
         caller.tenantId,
         runId,
-        [{ type: 'run.finished', data: { status: 'cancelled', reason: body.reason } }],
+        [
+          {
+            type: 'run.finished',
+            data: {
+              status: 'cancelled',
+              ...(body.reason === undefined ? {} : { reason: body.reason }),
+            },
+          },
+        ],
         'any',
       );
       return {
