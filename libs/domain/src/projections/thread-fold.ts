@@ -448,8 +448,8 @@ function closeAsRunEnded(
   if (isTerminal(part.state)) return;
   const errorText =
     part.state === 'approval-requested'
-      ? `The run ended (${status}) before this tool's approval was answered.`
-      : `The run ended (${status}) before this tool finished.`;
+      ? `The run ended first (${status}): this tool's approval was never answered.`
+      : `The run ended first (${status}): this tool never finished.`;
   const granted = part.approval?.approved === true ? { approval: part.approval } : {};
   setPart(state, location, {
     type: part.type,

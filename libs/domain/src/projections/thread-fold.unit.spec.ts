@@ -505,7 +505,7 @@ describe('run end', () => {
       toolCallId: 'tc1',
       state: 'output-error',
       input: { orderId: 1042 },
-      errorText: 'The run ended (cancelled) before this tool finished.',
+      errorText: 'The run ended first (cancelled): this tool never finished.',
     });
     expect(toolPart(state, 'tc2').state).toBe('output-available');
     expect(state.activeTools).toEqual([]);
@@ -523,7 +523,7 @@ describe('run end', () => {
       toolCallId: 'tc1',
       state: 'output-error',
       input: { orderId: 1042, amount: 19.99 },
-      errorText: "The run ended (failed) before this tool's approval was answered.",
+      errorText: "The run ended first (failed): this tool's approval was never answered.",
     });
     expect(state.runs[0]).toMatchObject({ status: 'failed', finishedAt: end.recordedAt });
   });
@@ -536,7 +536,7 @@ describe('run end', () => {
     ).when(log.runFinished('r1', 'completed'));
     expect(toolPart(state, 'tc1')).toMatchObject({
       state: 'output-error',
-      errorText: 'The run ended (completed) before this tool finished.',
+      errorText: 'The run ended first (completed): this tool never finished.',
       approval: { id: 'ap1', approved: true },
     });
   });
