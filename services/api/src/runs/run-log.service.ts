@@ -463,14 +463,15 @@ function wrongRevision(
   head: RunHead | null,
   actual: number | 'no_stream' = head?.revision ?? 'no_stream',
 ): ApiError {
+  const revisions = { expectedRevision: expected, actualRevision: actual };
+  // In `details` like every error's facts, and at the top like the other 409s' (DESIGN.md:
+  // "409 with the actual revision").
   return new ApiError(
     409,
     'wrong_expected_revision',
     `expected revision ${String(expected)}, actual ${String(actual)}`,
-    {
-      expectedRevision: expected,
-      actualRevision: actual,
-    },
+    revisions,
+    revisions,
   );
 }
 

@@ -247,6 +247,8 @@ describe('POST /v1/runs/:runId/events', () => {
     expect(stale.status).toBe(409);
     expect(stale.body).toMatchObject({
       error: 'wrong_expected_revision',
+      expectedRevision: 5,
+      actualRevision: 0,
       details: { expectedRevision: 5, actualRevision: 0 },
     });
     const ok = await append(runId, { expectedRevision: 0, events: [message('x')] });
