@@ -17,12 +17,16 @@ export interface VoiceToolResult {
   truncated: boolean;
   /** Length of the whole result text before any cut. */
   totalChars: number;
+  /** Where `text` starts in the whole result: the `offset` asked for, 0 by default. */
+  offset: number;
 }
 
 export interface VoiceToolResultOptions {
   /** The run of the call, when the caller knows it (call ids are unique within a run). */
   runId?: string;
   maxChars?: number;
+  /** Start here: the character a cut result's hint says the rest starts at. */
+  offset?: number;
 }
 
 /**
@@ -43,17 +47,20 @@ export function toolResultForVoice(
   if (part === null) return null;
   const whole = resultText(part);
   const maxChars = options.maxChars ?? VOICE_TOOL_RESULT_MAX_CHARS;
+  const offset = Math.min(options.offset ?? 0, whole.length);
   const base = {
     toolCallId,
     toolName: part.type.slice('tool-'.length),
     state: part.state,
     totalChars: whole.length,
+    offset,
   };
-  if (whole.length <= maxChars) return { ...base, text: whole, truncated: false };
-  const cutAt = safeCut(whole, maxChars);
+  if (whole.length - offset <= maxChars)
+    return { ...base, text: whole.slice(offset), truncated: false };
+  const cutAt = offset + safeCut(whole.slice(offset, offset + maxChars), maxChars);
   return {
     ...base,
-    text: `${whole.slice(0, cutAt)}\n${continuationHint(cutAt, whole.length)}`,
+    text: `${whole.slice(offset, cutAt)}\n${continuationHint(cutAt, whole.length)}`,
     truncated: true,
   };
 }

@@ -2,6 +2,7 @@
  * A tool result quoted to a voice model (BACKGROUND.md §1): whole up to 12,000 characters;
  * above that, cut, and the cut says so with a hint that leads with "Ask again for less".
  */
+import fc from 'fast-check';
 import { given, takeFolded, ThreadLog } from './testing/thread-events';
 import { uiMessageProblems } from './testing/ui-messages';
 import {
@@ -37,6 +38,7 @@ describe('toolResultForVoice', () => {
       text: '{"looks":"like json"}',
       truncated: false,
       totalChars: 21,
+      offset: 0,
     });
   });
 
@@ -128,5 +130,51 @@ describe('toolResultForVoice', () => {
   it('takes its ceiling as an option, sized to the session', () => {
     const result = toolResultForVoice(finishedWith('abcdef'), 'tc1', { maxChars: 4 });
     expect(result?.text).toBe(`abcd\n${continuationHint(4, 6)}`);
+  });
+
+  it('answers the rest from the offset the hint names', () => {
+    const state = finishedWith('abcdefghij');
+    expect(toolResultForVoice(state, 'tc1', { maxChars: 4, offset: 4 })).toMatchObject({
+      text: `efgh\n${continuationHint(8, 10)}`,
+      offset: 4,
+      truncated: true,
+    });
+    expect(toolResultForVoice(state, 'tc1', { maxChars: 4, offset: 8 })).toMatchObject({
+      text: 'ij',
+      truncated: false,
+    });
+    expect(toolResultForVoice(state, 'tc1', { offset: 99 })).toMatchObject({
+      text: '',
+      offset: 10,
+      totalChars: 10,
+    });
+  });
+
+  it('reads back the whole text, surrogate pairs intact, by following the hints page by page', () => {
+    fc.assert(
+      fc.property(
+        fc.string({ unit: fc.constantFrom('a', 'é', '😀', '\n'), maxLength: 60 }),
+        fc.integer({ min: 2, max: 9 }),
+        (output, maxChars) => {
+          const state = given(log.runStarted('r1')).when(
+            log.toolFinished('r1', 'p1', { toolName: 'read', output }),
+          );
+          let text = '';
+          let offset = 0;
+          for (let page = 0; page <= output.length; page += 1) {
+            const result = toolResultForVoice(state, 'p1', { maxChars, offset })!;
+            if (!result.truncated) {
+              text += result.text;
+              break;
+            }
+            const next = /starting at character ([\d,]+)\.\]$/.exec(result.text)![1];
+            const cut = Number(next.replace(/,/g, ''));
+            text += result.text.slice(0, cut - offset);
+            offset = cut;
+          }
+          expect(text).toBe(output);
+        },
+      ),
+    );
   });
 });

@@ -86,7 +86,8 @@ export class ThreadsController {
   @RequireScope('read')
   @ApiOperation({
     summary:
-      "A tool's output as text for a voice model (`?for=voice`), cut above 12,000 characters with a hint",
+      "A tool's output as text: whole, or for a voice model (`?for=voice`) cut above 12,000 characters " +
+      'with a hint naming where the rest starts, which `?offset=` then reads from',
     description: MIN_POSITION_DOC,
   })
   toolResult(
@@ -94,6 +95,7 @@ export class ThreadsController {
     @Param('threadId') threadId: string,
     @Param('toolCallId') toolCallId: string,
     @Query('for') audience?: string,
+    @Query('offset') offset?: string,
     @Query('minPosition') min?: string,
   ) {
     if (audience !== undefined && audience !== 'voice') {
@@ -101,6 +103,10 @@ export class ThreadsController {
         { field: 'for', rule: 'isIn', message: 'for must be voice' },
       ]);
     }
-    return this.threads.toolResult(principal.tenantId, threadId, toolCallId, minPosition(min));
+    return this.threads.toolResult(principal.tenantId, threadId, toolCallId, {
+      forVoice: audience === 'voice',
+      offset: queryInt('offset', offset, 0, 0, Number.MAX_SAFE_INTEGER),
+      minPosition: minPosition(min),
+    });
   }
 }

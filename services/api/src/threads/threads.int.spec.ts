@@ -169,6 +169,20 @@ describe('voice', () => {
     expect(tool.status).toBe(200);
     expect(tool.body).toMatchObject({ toolCallId: 'big', truncated: true, totalChars: 20_000 });
     expect(tool.body.text).toMatch(/ask again for less/i);
+    const rest = await t
+      .http()
+      .get(`/v1/threads/${threadId}/tool-results/big?for=voice&offset=12000`)
+      .set(t.auth());
+    expect(rest.body).toMatchObject({ offset: 12_000, truncated: false, totalChars: 20_000 });
+    expect(rest.body.text).toHaveLength(8_000);
+    const whole = await t.http().get(`/v1/threads/${threadId}/tool-results/big`).set(t.auth());
+    expect(whole.body).toMatchObject({ truncated: false, totalChars: 20_000 });
+    expect(whole.body.text).toHaveLength(20_000);
+    const badOffset = await t
+      .http()
+      .get(`/v1/threads/${threadId}/tool-results/big?offset=-1`)
+      .set(t.auth());
+    expect(badOffset.status).toBe(400);
     expect(
       (await t.http().get(`/v1/threads/${threadId}/tool-results/nope`).set(t.auth())).status,
     ).toBe(404);

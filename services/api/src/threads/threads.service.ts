@@ -55,8 +55,18 @@ export class ThreadsService {
     return voiceSeed(await this.load(tenantId, threadId, minPosition));
   }
 
-  async toolResult(tenantId: string, threadId: string, toolCallId: string, minPosition?: number) {
-    const result = toolResultForVoice(await this.load(tenantId, threadId, minPosition), toolCallId);
+  async toolResult(
+    tenantId: string,
+    threadId: string,
+    toolCallId: string,
+    query: { forVoice: boolean; offset: number; minPosition?: number },
+  ) {
+    const result = toolResultForVoice(
+      await this.load(tenantId, threadId, query.minPosition),
+      toolCallId,
+      // Only a voice model's session bounds what it can hear; any other reader gets it whole.
+      { offset: query.offset, ...(query.forVoice ? {} : { maxChars: Number.POSITIVE_INFINITY }) },
+    );
     if (!result) {
       throw new ApiError(
         404,
