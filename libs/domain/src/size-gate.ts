@@ -4,9 +4,11 @@
  * that does, still passes `validateEvent`, and says so in `data.truncation`, so a reduced
  * record can never be mistaken for a faithful one.
  *
- * The contract: an event fits when `measureEvent(event) + STAMP_RESERVE_BYTES ≤ limitBytes`.
- * The reserve is the room for the metadata the server seals in after the gate (`sealBatch`);
- * the truncation stamp is inside the measured event. So the recorded event is ≤ limitBytes.
+ * The contract: an event fits when `measureEvent(event) ≤ limitBytes`, and is then recorded
+ * byte-for-byte as it came. An event over the limit is reduced to `limitBytes -
+ * STAMP_RESERVE_BYTES`, the reserve being room for the metadata the server seals in after the
+ * gate (`sealBatch`); the truncation stamp is inside the measured event. So a reduced event
+ * is recorded within limitBytes, and one that fit within limitBytes plus the server's stamps.
  *
  * Linear in the event's size: the event is measured once (by the caller, or here); a value
  * the passes may clamp is measured at most once, and only when a pass that could fit needs
@@ -124,8 +126,8 @@ export function gateEvent<E extends GateableEvent>(
   if (!Number.isSafeInteger(limitBytes) || limitBytes < MIN_LIMIT_BYTES) {
     throw new RangeError(`limitBytes must be an integer ≥ ${MIN_LIMIT_BYTES}, got ${limitBytes}`);
   }
+  if (measuredBytes <= limitBytes) return { event, truncated: false, byteLength: measuredBytes };
   const budget = limitBytes - STAMP_RESERVE_BYTES;
-  if (measuredBytes <= budget) return { event, truncated: false, byteLength: measuredBytes };
 
   const gate: Gate = {
     event,

@@ -53,7 +53,10 @@ function jsonBytes(value: unknown): number {
 /** The checks every reduced event must pass, whatever its type. */
 function expectRecordable(result: GateResult<GateableEvent>, limit: number): void {
   expect(result.byteLength).toBe(measureEvent(result.event));
-  expect(result.byteLength + STAMP_RESERVE_BYTES).toBeLessThanOrEqual(limit);
+  // A reduced event leaves room for the server's stamps; one that fits is kept as it came.
+  expect(result.byteLength + (result.truncated ? STAMP_RESERVE_BYTES : 0)).toBeLessThanOrEqual(
+    limit,
+  );
   expect(problemsOf(result.event)).toEqual([]);
   if (result.truncated) {
     expect(dataOf(result).truncation).toEqual(result.stamp);
@@ -227,7 +230,7 @@ describe('gateEvent: model.call (properties)', () => {
         // Then the input is untouched and the result is recordable
         expect(canonicalJson(event)).toBe(before);
         expectRecordable(result, limitBytes);
-        if (original + STAMP_RESERVE_BYTES <= limitBytes) {
+        if (original <= limitBytes) {
           expect(result.event).toBe(event);
           expect(result).toEqual({ event, truncated: false, byteLength: original });
           return;
@@ -418,11 +421,28 @@ describe('gateEvent: model.call (examples)', () => {
   it('still fits when the measured size it is given is wrong, by confirming the result', () => {
     const messages = Array.from({ length: 200 }, () => ({ role: 'user', content: 'y'.repeat(50) }));
     const event = eventOf('model.call', { callId: 'c', model: 'm', messages });
-    const budget = 4096 - STAMP_RESERVE_BYTES;
 
-    const result = gateEvent(event, 4096, budget + 1);
+    const result = gateEvent(event, 4096, 4097);
 
     expectRecordable(result, 4096);
+  });
+
+  it('keeps an event of exactly the limit byte-for-byte, and reduces one a byte over it', () => {
+    const sized = (bytes: number) => {
+      const event = eventOf('message.added', { messageId: 'm', role: 'user', text: '' });
+      const text = 'x'.repeat(bytes - measureEvent(event));
+      return eventOf('message.added', { messageId: 'm', role: 'user', text });
+    };
+    const atLimit = sized(4096);
+    expect(measureEvent(atLimit)).toBe(4096);
+    expect(gateEvent(atLimit, 4096)).toEqual({
+      event: atLimit,
+      truncated: false,
+      byteLength: 4096,
+    });
+    const over = gateEvent(sized(4097), 4096);
+    expect(over.truncated).toBe(true);
+    expectRecordable(over, 4096);
   });
 });
 
@@ -583,7 +603,7 @@ describe('gateEvent: every catalogue type at its worst', () => {
 
       // Then it fits and passes the real validator, stamp included
       expectRecordable(result, limitBytes as number);
-      const over = measureEvent(event) + STAMP_RESERVE_BYTES > (limitBytes as number);
+      const over = measureEvent(event) > (limitBytes as number);
       expect(result.truncated).toBe(over);
       if (over) expect(stampOf(result).originalByteLength).toBe(measureEvent(event));
     },

@@ -184,6 +184,27 @@ describe('other oversize events', () => {
     expect(res.body.truncated).toBeUndefined();
     expect((await recorded(runId))[1].data).toEqual(data);
   });
+
+  it('leave a model.call of exactly EVENT_MAX_BYTES unchanged, and dispatchable', async () => {
+    const runId = await newRun();
+    const id = randomUUID();
+    const call = (content: string) => ({
+      id,
+      type: 'model.call',
+      data: { callId: 'c1', model: 'm', messages: [{ role: 'user', content }] },
+    });
+    // Canonical JSON of this event with one-byte characters: its length is its size.
+    const padding = EVENT_MAX_BYTES - JSON.stringify({ ...call(''), metadata: {} }).length;
+    const event = call('x'.repeat(padding));
+    const res = await append(runId, { events: [event] });
+    expect(`${res.status} ${JSON.stringify(res.body.truncated)}`).toBe('201 undefined');
+    expect((await recorded(runId))[1].data).toEqual(event.data);
+    const byteOver = await append(runId, {
+      events: [{ ...call('x'.repeat(padding + 1)), id: randomUUID() }],
+    });
+    expect(byteOver.status).toBe(413);
+    expect(byteOver.body.originalByteLength).toBe(EVENT_MAX_BYTES + 1);
+  });
 });
 
 describe('a body over BODY_MAX_BYTES', () => {
