@@ -1,5 +1,5 @@
 /** The command bodies, strict like every event schema. */
-import { Allow, IsIn, IsNotEmpty, IsOptional, IsString, MaxLength } from 'class-validator';
+import { Allow, IsIn, IsNotEmpty, IsString, MaxLength, ValidateIf } from 'class-validator';
 import { DECISIONS, type Decision } from '@runledger/domain';
 
 export class SteerBody {
@@ -14,8 +14,8 @@ export class SteerBody {
 }
 
 export class StopBody {
-  /** Optional, like `run.finished`'s own reason. */
-  @IsOptional()
+  /** Optional, like `run.finished`'s own reason; but not null (IsOptional would let null by). */
+  @ValidateIf((_body, value) => value !== undefined)
   @IsString()
   @IsNotEmpty()
   @MaxLength(4096)

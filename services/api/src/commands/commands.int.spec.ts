@@ -113,6 +113,7 @@ describe('stop', () => {
     expect(events.body.events[1].data).toEqual({ status: 'cancelled' });
     const other = await newRun();
     expect((await post(`/v1/runs/${other.runId}/stop`, { reason: '' })).status).toBe(400);
+    expect((await post(`/v1/runs/${other.runId}/stop`, { reason: null })).status).toBe(400);
     expect((await post(`/v1/runs/${other.runId}/stop`, {})).status).toBe(201);
   });
 });

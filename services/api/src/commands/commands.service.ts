@@ -91,7 +91,7 @@ export class CommandsService {
 
   async stop(caller: Caller, runId: string, raw: unknown) {
     // A stop needs nothing but its run: no body at all is a stop without a reason.
-    const body = validateBody(StopBody, raw ?? {});
+    const body = validateBody(StopBody, raw === undefined ? {} : raw);
     const state = await this.state(caller, runId);
     assertNotFinished(state, runId);
     try {
