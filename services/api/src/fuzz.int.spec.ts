@@ -213,12 +213,15 @@ interface Res {
   text: string;
 }
 
-function send(req: Req): Promise<Res> {
-  const headers = Object.fromEntries(
-    Object.entries(req.headers).filter(
-      (entry): entry is [string, string] => entry[1] !== undefined,
-    ),
+/** The headers that are set: undefined means "do not send it". */
+function defined(headers: Req['headers']): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(headers).filter((entry): entry is [string, string] => entry[1] !== undefined),
   );
+}
+
+function send(req: Req): Promise<Res> {
+  const headers = defined(req.headers);
   return new Promise<Res>((resolve, reject) => {
     const outgoing = httpRequest(
       // A connection per request: a hostile request may leave its connection closed.
@@ -308,6 +311,8 @@ const ALLOWED_4XX = [400, 401, 403, 404, 405, 409, 413, 414, 415, 429, 431];
 interface Allowances {
   /** A valid minPosition past the log's head: 503 projection_behind is the documented answer. */
   projectionBehind?: boolean;
+  /** The mirror admin routes of an app without Kafka: 503 mirror_off is the documented answer. */
+  mirrorOff?: boolean;
   /** HEAD answers carry no body. */
   noBody?: boolean;
   /** A 2xx is not JSON: NDJSON (replay) or text (metrics). */
@@ -360,9 +365,11 @@ async function check(
   const ok = res.status >= 200 && res.status < 300;
   const parsed = parseJson(res.text);
   if (res.status >= 500) {
-    const behind =
-      res.status === 503 && allow.projectionBehind && parsed.error === 'projection_behind';
-    if (!behind) fail(`answered ${res.status}`);
+    const documented =
+      res.status === 503 &&
+      ((allow.projectionBehind && parsed.error === 'projection_behind') ||
+        (allow.mirrorOff && parsed.error === 'mirror_off'));
+    if (!documented) fail(`answered ${res.status}`);
     if (written !== 0) fail('a 503 wrote to the log');
     return res;
   }
@@ -732,6 +739,121 @@ describe('GET /v1/runs/:runId/…', () => {
         },
       ),
       runs(150),
+    );
+  });
+});
+
+/**
+ * Like `send`, but an answer that is a Server-Sent Events stream is read up to its first
+ * message and then cut off (a stream never ends by itself); its text is that message.
+ */
+function sendStream(req: Req): Promise<Res> {
+  return new Promise<Res>((resolve, reject) => {
+    const outgoing = httpRequest(
+      {
+        host: '127.0.0.1',
+        port,
+        method: req.method,
+        path: req.path,
+        headers: defined(req.headers),
+        agent: false,
+      },
+      (res) => {
+        let text = '';
+        const streaming = /^text\/event-stream/.test(String(res.headers['content-type']));
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          text += chunk;
+          if (streaming && text.includes('\n\n')) {
+            resolve({ status: res.statusCode ?? 0, headers: res.headers, text });
+            outgoing.destroy();
+          }
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text }));
+        res.on('error', () => undefined);
+      },
+    );
+    outgoing.setTimeout(15_000, () => outgoing.destroy(new Error('no answer within 15 s')));
+    outgoing.on('error', (error) => {
+      if (!outgoing.destroyed || error.message.includes('15 s')) reject(error);
+    });
+    outgoing.end();
+  });
+}
+
+/** A Last-Event-ID header: absent, a position, blank, or noise a client could send. */
+const lastEventId: fc.Arbitrary<string | undefined> = fc.oneof(
+  fc.constant(undefined),
+  fc.nat().map(String),
+  fc.constantFrom('', ' ', '-1', '1e3', '0x10', '9007199254740993', ' 12 '),
+  fc.string({ unit: fc.constantFrom('1', 'a', '.', '-', ' ', 'é'), maxLength: 12 }),
+);
+
+/** Where a stream starts, as the README says: Last-Event-ID wins over ?from=; both positions. */
+function streamStartValid(lid: string | undefined, from: string | string[] | undefined): boolean {
+  const given = (raw: string | undefined) => raw !== undefined && raw.trim() !== '';
+  if (given(lid)) return queryIntValid((lid as string).trim(), 0, Number.MAX_SAFE_INTEGER);
+  if (typeof from === 'string' && from.trim() === '') return true;
+  return queryIntValid(typeof from === 'string' ? from.trim() : from, 0, Number.MAX_SAFE_INTEGER);
+}
+
+describe('GET …/stream (Server-Sent Events) and the mirror admin routes', () => {
+  it('streams: hostile ids, keys, ?from= and Last-Event-ID answer a JSON 4xx, valid ones a stream', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(
+          fc.tuple(fc.constant('runs' as const), readSegment(SEED.runA, SEED.runB)),
+          fc.tuple(fc.constant('threads' as const), readSegment(SEED.threadA, SEED.threadB)),
+        ),
+        authorization,
+        param('from'),
+        lastEventId,
+        async ([kind, target], auth, from, lid) => {
+          const known = kind === 'runs' ? RUNS : THREADS;
+          const params = [from];
+          const valid = ambiguous(params)
+            ? 'unknown'
+            : streamStartValid(lid, valueOf(params, 'from'));
+          const res = await check(
+            {
+              method: 'GET',
+              path: `/v1/${kind}/${target}/stream${queryString(params)}`,
+              headers: { authorization: auth, 'last-event-id': lid },
+            },
+            readVerdict(auth, ownerOf(target, known), valid),
+            { ndjson: true },
+            sendStream,
+          );
+          if (res.status === 200) {
+            expect(String(res.headers['content-type'])).toMatch(/^text\/event-stream/);
+            expect(res.text).toMatch(/^(id|event|:)/m);
+          }
+        },
+      ),
+      runs(100),
+    );
+  });
+
+  it('mirror admin: hostile event ids and keys never write, and answer a JSON 4xx or mirror_off', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.boolean(),
+        fc.oneof(fc.constant(randomUUID()), hostileSegment),
+        authorization,
+        async (retry, eventId, auth) => {
+          const admin = can(auth, 'admin') !== null;
+          await check(
+            {
+              method: retry ? 'POST' : 'GET',
+              path: retry ? `/v1/admin/mirror/parked/${eventId}/retry` : '/v1/admin/mirror/parked',
+              headers: { authorization: auth },
+            },
+            admin ? { kind: 'read', mustSucceed: false } : REFUSE,
+            { mirrorOff: admin },
+          );
+        },
+      ),
+      runs(100),
     );
   });
 });

@@ -83,15 +83,16 @@ export class RunsController {
   }
 }
 
+/** A repeated query parameter arrives as an array: refused like any malformed value. */
 export function queryInt(
   name: string,
-  raw: string | undefined,
+  raw: string | string[] | undefined,
   fallback: number,
   min: number,
   max: number,
 ): number {
   if (raw === undefined || raw === '') return fallback;
-  const value = /^\d+$/.test(raw) ? Number(raw) : NaN;
+  const value = typeof raw === 'string' && /^\d+$/.test(raw) ? Number(raw) : NaN;
   if (!Number.isSafeInteger(value) || value < min || value > max) {
     const rule = `${name} must be an integer from ${min} to ${max}`;
     throw new ApiError(400, 'validation_failed', rule, [

@@ -27,12 +27,12 @@ const STREAM_DOC =
  */
 export function streamStart(
   lastEventId: string | undefined,
-  from: string | undefined,
+  from: string | string[] | undefined,
 ): number | undefined {
-  const position = (name: string, raw: string | undefined) =>
-    raw === undefined || raw.trim() === ''
+  const position = (name: string, raw: string | string[] | undefined) =>
+    raw === undefined || (typeof raw === 'string' && raw.trim() === '')
       ? undefined
-      : queryInt(name, raw.trim(), 0, 0, Number.MAX_SAFE_INTEGER);
+      : queryInt(name, typeof raw === 'string' ? raw.trim() : raw, 0, 0, Number.MAX_SAFE_INTEGER);
   return position('Last-Event-ID', lastEventId) ?? position('from', from);
 }
 
@@ -57,7 +57,7 @@ export class StreamsController {
     @CurrentPrincipal() principal: Principal,
     @Param('runId') runId: string,
     @Headers('last-event-id') lastEventId: string | undefined,
-    @Query('from') from: string | undefined,
+    @Query('from') from: string | string[] | undefined,
     @Res() reply: FastifyReply,
   ): Promise<void> {
     const after = streamStart(lastEventId, from);
@@ -79,7 +79,7 @@ export class StreamsController {
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,
     @Headers('last-event-id') lastEventId: string | undefined,
-    @Query('from') from: string | undefined,
+    @Query('from') from: string | string[] | undefined,
     @Query('minPosition') minPosition: string | undefined,
     @Res() reply: FastifyReply,
   ): Promise<void> {
