@@ -11,12 +11,15 @@ import { openEventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import { Projector, ReadModelStore } from '@runledger/projections';
 import { ConfigError, loadConfig } from '../services/api/src/config/config';
+import { jsonLogger } from '../services/api/src/config/process-config';
 import { READ_MODELS_FILE, RebuildProgress } from '../services/api/src/threads/projections.service';
 
 const POLL_MS = 50;
 
 async function main(): Promise<void> {
   const config = loadConfig();
+  // The service's log format: JSON lines, LOG_LEVEL honoured.
+  Logger.overrideLogger(jsonLogger('runledger-rebuild', config));
   const log = openEventStore(config);
   const readModels = new ReadModelStore(join(config.dataDir, READ_MODELS_FILE));
   try {

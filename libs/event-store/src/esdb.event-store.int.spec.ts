@@ -14,8 +14,8 @@ if (url) {
 } else {
   console.warn(
     'EventStoreDB contract skipped: EVENTSTORE_URL is not set. Start a server (e.g. ' +
-      'docker run -p 2113:2113 kurrentplatform/kurrentdb --insecure) and run ' +
-      'EVENTSTORE_URL=esdb://localhost:2113?tls=false npx jest --selectProjects int -- esdb',
+      'docker run -p 2113:2113 docker.kurrent.io/kurrent-latest/kurrentdb --insecure) and run ' +
+      "EVENTSTORE_URL='kurrentdb://localhost:2113?tls=false' npx jest --selectProjects int -- esdb (see the README)",
   );
   describe.skip('EventStore contract: EventStoreDB (set EVENTSTORE_URL to run)', () => {
     it('runs against a live server', () => undefined);
