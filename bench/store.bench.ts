@@ -281,7 +281,7 @@ async function run(): Promise<Section> {
     ],
     notes: [
       `With ${CONCURRENT_APPENDERS} concurrent appenders the store reaches ${ratio(ratioOf(concurrent))} of the baseline's events/s: group commit shares one transaction and one fsync among the appends of an event-loop turn.`,
-      `Without fsync at commit (synchronous=NORMAL) the store does ${ratio(ratioOf(storeNormal))} of raw inserts: its own work per append (an idempotency lookup of every id, the head read, a savepoint, the promise and the group-commit turn) costs about ${ms(perBatch(storeNormal) - perBatch(rawNormal))} per batch of ${BATCH}.`,
+      `Without fsync at commit (synchronous=NORMAL) the store does ${ratio(ratioOf(storeNormal))} of raw inserts: its own work per append (an idempotency lookup of every id, the head read, the promise and the group-commit turn) costs about ${ms(perBatch(storeNormal) - perBatch(rawNormal))} per batch of ${BATCH}.`,
       `The baseline takes ${ms(perBatch(raw))} per batch with synchronous=FULL and ${ms(perBatch(rawNormal))} with NORMAL: ${perBatch(raw) > perBatch(rawNormal) ? `waiting for fsync is about ${Math.round((100 * (perBatch(raw) - perBatch(rawNormal))) / perBatch(raw))}% of a durable batch on this disk` : 'fsync costs nothing measurable on this disk at this batch size'}. The same raw inserts with time-ordered (UUIDv7-style) ids run at ${ratio(ratioOf(rawOrdered))} the baseline's rate: with random ids, most of a commit is SQLite writing the id-index pages that 100 scattered keys dirty.`,
       'Time per batch is the mean wall time of one append seen by one writer (for the concurrent variant, while sharing commits with the others).',
     ],
