@@ -40,14 +40,11 @@ export interface ParkedEvent {
   redrivenAt: string | null;
 }
 
-export interface ParkRequest {
-  eventId: string;
-  position: number;
-  stream: string;
-  type: string;
-  tenantId: string | null;
-  reason: string;
-}
+/** What parking an event records; the rest of a ParkedEvent is the store's bookkeeping. */
+export type ParkRequest = Pick<
+  ParkedEvent,
+  'eventId' | 'position' | 'stream' | 'type' | 'tenantId' | 'reason'
+>;
 
 interface ParkedRow {
   event_id: string;
