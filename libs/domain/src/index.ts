@@ -9,3 +9,4 @@ export * from './projections';
 export * from './policy';
 export * from './receipts';
 export * from './run-commands';
+export * from './stream-names';

@@ -8,7 +8,6 @@ import { runCommandState } from './run-commands';
 import {
   checkRunAppend,
   runHeadOf,
-  runStream,
   stampActiveTurns,
   type RuleEvent,
   type RunHead,
@@ -336,11 +335,5 @@ describe('runHeadOf', () => {
     const message = ofTypes(['message.added']);
     expect(checkRunAppend(finished, TENANT, RUN, message)?.code).toBe('run_finished');
     expect(checkRunAppend(open, TENANT, RUN, message)).toBeNull();
-  });
-});
-
-describe('runStream', () => {
-  it('names a run’s stream run-<runId>', () => {
-    expect(runStream('abc-1')).toBe('run-abc-1');
   });
 });

@@ -220,6 +220,21 @@ export class EsdbEventStore implements EventStore {
     }
   }
 
+  /** Looks among the stream's last IDEMPOTENCY_WINDOW events, where a retry's ids are. */
+  async readByIds(stream: string, ids: readonly string[]): Promise<RecordedEvent[]> {
+    if (ids.length === 0) return [];
+    const window = await this.readStreamOrEmpty(stream, {
+      direction: BACKWARDS,
+      fromRevision: END,
+      maxCount: IDEMPOTENCY_WINDOW,
+    });
+    const byId = new Map(window.map((event) => [event.id, event]));
+    return ids.flatMap((id) => {
+      const event = byId.get(id);
+      return event === undefined ? [] : [event];
+    });
+  }
+
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
     if (options.maxCount === 0) return [];
     const prefix = options.streamPrefix;

@@ -4,6 +4,7 @@
  * Streams are named uniquely per test so the suite can run against a shared live server.
  */
 import { randomUUID } from 'node:crypto';
+import { runStream } from '@runledger/domain';
 import {
   EventIdConflictError,
   WrongExpectedRevisionError,
@@ -120,6 +121,37 @@ export function describeEventStoreContract(
         expect(error).toMatchObject({ eventId: original.id });
         const recorded = await store.readStream(stream('a'));
         expect(recorded.map((e) => e.data)).toEqual([{ n: 1 }]);
+      });
+    });
+
+    describe('ids per tenant', () => {
+      it('two tenants may record the same event id in their own runs of the same id', async () => {
+        const shared = event(1);
+        const a = runStream(`${prefix}a`, 'r1');
+        const b = runStream(`${prefix}b`, 'r1');
+        const first = await store.append(a, [shared], { expectedRevision: 'no_stream' });
+        const second = await store.append(b, [{ ...shared, data: { n: 2 } }], {
+          expectedRevision: 'no_stream',
+        });
+        expect(first.idempotent).toBe(false);
+        expect(second.idempotent).toBe(false);
+        expect((await store.readStream(a)).map((e) => e.data)).toEqual([{ n: 1 }]);
+        expect((await store.readStream(b)).map((e) => e.data)).toEqual([{ n: 2 }]);
+      });
+    });
+
+    describe('readByIds', () => {
+      it("answers the stream's events with those ids, in the order asked, leaving out the rest", async () => {
+        const batch = events(3);
+        await store.append(stream('a'), batch);
+        await store.append(stream('b'), [event(9, { id: 'x' + randomUUID() })]);
+        const found = await store.readByIds(stream('a'), [batch[2].id, randomUUID(), batch[0].id]);
+        expect(found.map((e) => [e.id, e.revision, e.data])).toEqual([
+          [batch[2].id, 2, { n: 2 }],
+          [batch[0].id, 0, { n: 0 }],
+        ]);
+        expect(await store.readByIds(stream('b'), [batch[0].id])).toEqual([]);
+        expect(await store.readByIds(stream('none'), [batch[0].id])).toEqual([]);
       });
     });
 

@@ -77,12 +77,19 @@ export interface EventStoreWriter {
    * Appends a batch atomically. Ids already recorded in the stream with the same type and
    * data make the call idempotent (the originals are answered, nothing is written) whatever
    * the expected revision; an id recorded with other content is an `EventIdConflictError`.
+   * Ids are unique per tenant (`eventIdScope` in libs/domain), never across tenants.
    */
   append(stream: string, events: EventToAppend[], options?: AppendOptions): Promise<AppendResult>;
 }
 
 export interface EventStoreReader {
   readStream(stream: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
+  /**
+   * The events of `stream` recorded under these ids, in the order of `ids`; an id the stream
+   * does not hold is left out. Lets a caller recognise a retried batch without a second copy
+   * of the idempotency rule.
+   */
+  readByIds(stream: string, ids: readonly string[]): Promise<RecordedEvent[]>;
   readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
   subscribeToAll(options?: SubscribeOptions): Subscription;
   /** Position of the newest event in the log (or in the streams with the prefix), 0 when none. */

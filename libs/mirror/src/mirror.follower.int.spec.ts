@@ -7,6 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { runStream } from '@runledger/domain';
 import {
   SqliteEventStore,
   type EventStoreReader,
@@ -99,7 +100,8 @@ function follow(
 async function appendRun(runId: string, count: number, tenantId: string | null = 'tenant-a') {
   const metadata = tenantId ? { tenantId, runId, threadId: 't' } : { runId };
   await log.append(
-    `run-${runId}`,
+    // An unstamped event still lands in a run stream: the mirror must park it, not skip it.
+    runStream(tenantId ?? 'unstamped', runId),
     Array.from({ length: count }, (_, i) => ({
       id: `${runId}-${i}`,
       type: 'message.added',
@@ -248,6 +250,7 @@ describe('MirrorFollower', () => {
     let subscriptions = 0;
     const stalling: EventStoreReader = {
       readStream: (...args) => log.readStream(...args),
+      readByIds: (...args) => log.readByIds(...args),
       readAll: (...args) => log.readAll(...args),
       headPosition: () => log.headPosition(),
       subscribeToAll: (options?: SubscribeOptions): Subscription => {

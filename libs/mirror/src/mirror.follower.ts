@@ -10,7 +10,7 @@
  *  - a watchdog notices a subscription that went quiet while run events wait in the log,
  *    and resubscribes from the checkpoint.
  */
-import { RUN_STREAM_PREFIX } from '@runledger/domain';
+import { RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
 import type { EventStoreReader, RecordedEvent, Subscription } from '@runledger/event-store';
 import { RejectedMessageError, type EventSink } from './event-sink.port';
 import type { MirrorStore, ParkedEvent, ParkRequest } from './mirror.store';
@@ -422,7 +422,7 @@ export class MirrorFollower {
     return {
       eventId: message.eventId,
       position: message.position,
-      stream: event?.stream ?? `${RUN_STREAM_PREFIX}${message.key}`,
+      stream: event?.stream ?? runStream(message.headers['tenant-id'] ?? '', message.key),
       type: message.headers['event-type'],
       tenantId: message.headers['tenant-id'] || null,
       reason,

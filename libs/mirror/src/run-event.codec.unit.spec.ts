@@ -1,4 +1,4 @@
-import { eventHash, GENESIS_HASH } from '@runledger/domain';
+import { eventHash, GENESIS_HASH, runStream } from '@runledger/domain';
 import type { RecordedEvent } from '@runledger/event-store';
 import {
   CONTENT_TYPES,
@@ -19,7 +19,7 @@ function recorded(overrides: Partial<RecordedEvent> = {}): RecordedEvent {
   });
   return {
     id: 'e1',
-    stream: 'run-r1',
+    stream: runStream('tenant-a', 'r1'),
     type: 'message.added',
     revision: 3,
     position: 42,

@@ -9,6 +9,7 @@ import { v7 as uuidv7 } from 'uuid';
 import {
   inputDigest,
   normalizeToolInput,
+  receiptStream,
   runCommandState,
   signReceipt,
   verifyReceipt,
@@ -27,7 +28,6 @@ import { ConsumeBody, DecisionBody, SteerBody, StopBody } from './command-bodies
 import { PolicyService } from './policy.service';
 
 export const RECEIPT_SECRET_FILE = 'receipt-secret';
-export const RECEIPT_STREAM_PREFIX = 'receipt-';
 /** Concurrent resolutions re-read the run this often before giving up. */
 const MAX_ATTEMPTS = 5;
 
@@ -245,7 +245,7 @@ export class CommandsService {
     try {
       // Insert-if-absent in the log itself: across any number of replicas, one append wins.
       const result = await this.store.append(
-        `${RECEIPT_STREAM_PREFIX}${claims.rid}`,
+        receiptStream(caller.tenantId, claims.rid),
         [
           {
             id: uuidv7(),

@@ -212,7 +212,7 @@ export class RunLogService {
     expected: ExpectedRevision,
     clientIds: boolean,
   ): Promise<AppendResult> {
-    const stream = runStream(runId);
+    const stream = runStream(tenantId, runId);
     for (let attempt = 1; ; attempt += 1) {
       const cached = this.heads.get(stream);
       const head = cached ?? (await this.readHead(stream));
@@ -295,7 +295,7 @@ export class RunLogService {
   async readRun(tenantId: string, runId: string): Promise<RecordedEvent[]> {
     await this.requireRun(tenantId, runId);
     const events: RecordedEvent[] = [];
-    for await (const event of this.recorded(runId)) events.push(event);
+    for await (const event of this.recorded(tenantId, runId)) events.push(event);
     return events;
   }
 
@@ -309,7 +309,7 @@ export class RunLogService {
     declaredBytes: number,
   ): Promise<boolean> {
     if (!PATH_ID_PATTERN.test(runId)) return false;
-    const stream = runStream(runId);
+    const stream = runStream(tenantId, runId);
     return this.serializer.run(runId, async () => {
       const head = await this.readHead(stream);
       if (!head || head.tenantId !== tenantId || head.finished) return false;
@@ -378,7 +378,7 @@ export class RunLogService {
   /** The run's head, or 404 when it does not exist or belongs to another tenant. */
   async requireRun(tenantId: string, runId: string): Promise<RunHead> {
     assertRunId(runId);
-    const head = await this.readHead(runStream(runId));
+    const head = await this.readHead(runStream(tenantId, runId));
     if (!head || head.tenantId !== tenantId)
       throw new ApiError(404, 'run_not_found', `run ${runId} not found`);
     return head;
@@ -391,7 +391,7 @@ export class RunLogService {
     limit: number,
   ): Promise<{ runId: string; events: EventView[]; nextRevision: number | null }> {
     const head = await this.requireRun(tenantId, runId);
-    const recorded = await this.store.readStream(runStream(runId), {
+    const recorded = await this.store.readStream(runStream(tenantId, runId), {
       fromRevision,
       maxCount: limit,
     });
@@ -401,12 +401,12 @@ export class RunLogService {
   }
 
   /** Every recorded event of the run, in order, read page by page. */
-  async *replay(runId: string): AsyncGenerator<EventView> {
-    for await (const event of this.recorded(runId)) yield toView(event);
+  async *replay(tenantId: string, runId: string): AsyncGenerator<EventView> {
+    for await (const event of this.recorded(tenantId, runId)) yield toView(event);
   }
 
-  private async *recorded(runId: string): AsyncGenerator<RecordedEvent> {
-    const stream = runStream(runId);
+  private async *recorded(tenantId: string, runId: string): AsyncGenerator<RecordedEvent> {
+    const stream = runStream(tenantId, runId);
     for (let from = 0; ;) {
       const page = await this.store.readStream(stream, { fromRevision: from, maxCount: PAGE });
       yield* page;
@@ -417,13 +417,13 @@ export class RunLogService {
 
   async audit(tenantId: string, runId: string): Promise<{ runId: string } & ChainVerdict> {
     await this.requireRun(tenantId, runId);
-    return this.verify(runId);
+    return this.verify(tenantId, runId);
   }
 
-  /** Recomputes the run's hash chain from the log; for operators, regardless of tenant. */
-  async verify(runId: string): Promise<{ runId: string } & ChainVerdict> {
+  /** Recomputes the run's hash chain from the log; for operators, who name the tenant. */
+  async verify(tenantId: string, runId: string): Promise<{ runId: string } & ChainVerdict> {
     const verifier = new ChainVerifier(runId);
-    for await (const event of this.replay(runId)) verifier.add(event);
+    for await (const event of this.replay(tenantId, runId)) verifier.add(event);
     return { runId, ...verifier.verdict() };
   }
 

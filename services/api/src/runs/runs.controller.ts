@@ -67,7 +67,7 @@ export class RunsController {
     const lines = async function* (events: AsyncIterable<unknown>) {
       for await (const event of events) yield `${JSON.stringify(event)}\n`;
     };
-    return new StreamableFile(Readable.from(lines(this.runLog.replay(runId))), {
+    return new StreamableFile(Readable.from(lines(this.runLog.replay(principal.tenantId, runId))), {
       type: 'application/x-ndjson',
     });
   }

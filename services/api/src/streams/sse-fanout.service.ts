@@ -29,7 +29,7 @@
  *   resubscribes from its position; attached clients notice nothing but the delay.
  */
 import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
-import { RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
+import { RUN_STREAM_PREFIX, parseStreamName, runStream } from '@runledger/domain';
 import {
   EVENT_STORE,
   type EventStore,
@@ -79,7 +79,7 @@ function text(value: unknown): string | null {
 function matches(watch: StreamWatch, event: RecordedEvent): boolean {
   if (event.metadata.tenantId !== watch.tenantId) return false;
   return watch.kind === 'run'
-    ? event.stream === runStream(watch.runId)
+    ? event.stream === runStream(watch.tenantId, watch.runId)
     : event.metadata.threadId === watch.threadId;
 }
 
@@ -148,7 +148,8 @@ export class SseFanout implements OnModuleDestroy {
   private async catchUp(client: SseClient): Promise<void> {
     const { watch } = client;
     // A run's events all lie in one stream: the prefix lets the store skip the others.
-    const prefix = watch.kind === 'run' ? runStream(watch.runId) : RUN_STREAM_PREFIX;
+    const prefix =
+      watch.kind === 'run' ? runStream(watch.tenantId, watch.runId) : RUN_STREAM_PREFIX;
     for (;;) {
       if (client.closed) return;
       const target = this.position;
@@ -200,8 +201,8 @@ export class SseFanout implements OnModuleDestroy {
 
   private dispatch(event: RecordedEvent): void {
     const tenantId = text(event.metadata.tenantId);
-    if (tenantId !== null && this.watchers.size > 0) {
-      const runId = event.stream.slice(RUN_STREAM_PREFIX.length);
+    const runId = parseStreamName(event.stream)?.id;
+    if (tenantId !== null && runId !== undefined && this.watchers.size > 0) {
       const threadId = text(event.metadata.threadId);
       const byRun = this.watchers.get(runKey(tenantId, runId));
       const byThread =
