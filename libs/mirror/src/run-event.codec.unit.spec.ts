@@ -87,7 +87,7 @@ describe.each(['protobuf', 'json'] as const)('the %s wire format', (format) => {
 describe('events that cannot be encoded', () => {
   it.each<[string, Partial<RecordedEvent>, RegExp]>([
     ['no tenant stamp', { metadata: { runId: 'r1' } }, /metadata.tenantId is missing/],
-    ['a run id of another stream', { metadata: { tenantId: 't', runId: 'r2' } }, /does not name/],
+    ['a run id of another stream', { metadata: { tenantId: 't', runId: 'r2' } }, /do not name/],
     ['a stream that is not a run', { stream: 'receipt-1' }, /not a run stream/],
     ['data that is not an object', { data: [1, 2] }, /not a JSON object/],
     ['a bad truncation stamp', { data: { truncation: { limitBytes: -1 } } }, /truncation/],

@@ -13,6 +13,7 @@ import type {
   SubscribeOptions,
   Subscription,
 } from '@runledger/event-store';
+import { runStream } from '@runledger/domain';
 import { Metrics } from '@runledger/observability';
 import type { FastifyReply } from 'fastify';
 import type { AppConfig } from '../config/config';
@@ -33,9 +34,9 @@ class MemoryLog {
     const position = this.events.length + 1;
     const event: RecordedEvent = {
       id: `e${position}`,
-      stream: `run-${runId}`,
+      stream: runStream(tenantId, runId),
       type: 'message.added',
-      revision: this.events.filter((e) => e.stream === `run-${runId}`).length,
+      revision: this.events.filter((e) => e.stream === runStream(tenantId, runId)).length,
       position,
       data: { text: `event ${position}` },
       metadata: { tenantId, runId, threadId },
