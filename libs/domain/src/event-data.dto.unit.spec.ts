@@ -158,6 +158,7 @@ const FIELDS: FieldTable = {
     approvalId: id(),
     decision: oneOf('maybe'),
     receipt: { required: true, refused: [42, null, {}, ''] },
+    receiptDigest: { required: false, refused: [42, 'not-a-digest', 'A'.repeat(64)] },
     decidedBy: text(false),
     downgraded: { required: false, refused: ['false', 0] },
     policyRevision: text(false),

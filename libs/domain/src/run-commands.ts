@@ -11,7 +11,9 @@ export interface ApprovalRecord {
   resolution?: {
     decision: string;
     downgraded: boolean;
+    /** The receipt's id (or, in logs written before, the token itself). */
     receipt: string;
+    receiptDigest?: string;
     decidedBy?: string;
     policyRevision?: string;
     revision: number;
@@ -26,6 +28,8 @@ export interface RunCommandState {
   /** Revision of the steer the active turn already received, if any: a turn is redirected once. */
   activeTurnSteeredAt: number | null;
   approvals: Map<string, ApprovalRecord>;
+  /** The newest approval asked for each tool call: an older one is superseded. */
+  latestApprovalByToolCall: Map<string, string>;
 }
 
 export function runCommandState(
@@ -43,6 +47,7 @@ export function runCommandState(
     activeTurnId: null,
     activeTurnSteeredAt: null,
     approvals: new Map(),
+    latestApprovalByToolCall: new Map(),
   };
   for (const event of events) {
     const data = event.data as Record<string, unknown>;
@@ -70,6 +75,7 @@ export function runCommandState(
         state.activeTurnSteeredAt = null;
         break;
       case 'approval.requested':
+        state.latestApprovalByToolCall.set(data.toolCallId as string, data.approvalId as string);
         if (!state.approvals.has(data.approvalId as string)) {
           state.approvals.set(data.approvalId as string, {
             approvalId: data.approvalId as string,
@@ -87,6 +93,7 @@ export function runCommandState(
             decision: data.decision as string,
             downgraded: data.downgraded === true,
             receipt: data.receipt as string,
+            receiptDigest: data.receiptDigest as string | undefined,
             decidedBy: data.decidedBy as string | undefined,
             policyRevision: data.policyRevision as string | undefined,
             revision: event.revision,

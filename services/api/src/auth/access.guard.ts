@@ -1,7 +1,8 @@
 /**
  * The one place that decides access, for every route: bearer key → tenant and scopes,
- * checked against the scope the route declares. Tenant ownership of a run or thread is
- * decided where the run is read, and answered 404 so a foreign id reveals nothing.
+ * checked against the scope the route declares, and the acting user (only an `act-as` key
+ * may name one). Tenant ownership of a run or thread is decided where the run is read, and
+ * answered 404 so a foreign id reveals nothing.
  */
 import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
@@ -9,6 +10,7 @@ import type { FastifyRequest } from 'fastify';
 import type { Scope } from '../config/config';
 import { ApiError } from '../http/api-error';
 import { ACCESS_KEY, type Access } from './access.decorators';
+import { actorOf } from './acting-user';
 import { ApiKeyTable } from './api-keys';
 import type { Principal } from './principal';
 
@@ -46,7 +48,9 @@ export class AccessGuard implements CanActivate {
       throw new ApiError(403, 'forbidden', 'this route declares no access rule');
     if ('public' in access) return true;
     const request = context.switchToHttp().getRequest<FastifyRequest>();
-    request.principal = this.policy.principalFor(request, access.scope);
+    const principal = this.policy.principalFor(request, access.scope);
+    request.principal = principal;
+    request.actor = actorOf(principal, request.headers);
     return true;
   }
 }

@@ -135,12 +135,11 @@ describe('resolve', () => {
     for (const r of lost) {
       expect(r.body).toMatchObject({
         error: 'already_resolved',
-        resolution: {
-          approvalId: 'ap-1',
-          decision: won[0].body.decision,
-          receipt: won[0].body.receipt,
-        },
+        resolution: { approvalId: 'ap-1', decision: won[0].body.decision },
       });
+      // The bearer receipt went to the one resolver; a loser learns only the decision.
+      expect(r.body.resolution).not.toHaveProperty('receipt');
+      expect(JSON.stringify(r.body)).not.toContain(won[0].body.receipt);
     }
     expect((await types(runId)).filter((type) => type === 'approval.resolved')).toHaveLength(1);
   });

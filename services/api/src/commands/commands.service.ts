@@ -7,13 +7,16 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { v7 as uuidv7 } from 'uuid';
 import {
+  consumeRefusal,
   inputDigest,
   normalizeToolInput,
+  receiptDigest,
   receiptStream,
   runCommandState,
   signReceipt,
   verifyReceipt,
   type ApprovalRecord,
+  type ConsumeRefusal,
   type Decision,
   type RunCommandState,
 } from '@runledger/domain';
@@ -33,7 +36,7 @@ const MAX_ATTEMPTS = 5;
 
 export interface Caller {
   tenantId: string;
-  /** From X-Runledger-User, else the API key's own identity. */
+  /** The acting user the AccessGuard resolved (`actorOf`): a name, or `key:<keyId>`. */
   user: string;
 }
 
@@ -141,10 +144,12 @@ export class CommandsService {
       const downgraded = decision === 'allow' && !verdict.allowed;
       const final: Decision = downgraded ? 'deny' : decision;
       const expiresAt = Math.floor(Date.now() / 1000) + this.config.receiptTtlSeconds;
+      const receiptId = uuidv7();
       const receipt = signReceipt(
         {
-          rid: uuidv7(),
+          rid: receiptId,
           tool: approval.toolName,
+          toolCallId: approval.toolCallId,
           inputDigest: inputDigest(approval.input),
           policyRevision: verdict.revision,
           tenant: caller.tenantId,
@@ -164,10 +169,13 @@ export class CommandsService {
           [
             {
               type: 'approval.resolved',
+              // The log keeps the receipt's id and digest: a reader of the run must not
+              // hold a bearer token that could be consumed.
               data: {
                 approvalId,
                 decision: final,
-                receipt,
+                receipt: receiptId,
+                receiptDigest: receiptDigest(receipt),
                 decidedBy: caller.user,
                 downgraded,
                 policyRevision: verdict.revision,
@@ -186,6 +194,7 @@ export class CommandsService {
           ...(verdict.allowed ? {} : { policyRule: verdict.rule }),
           policyRevision: verdict.revision,
           receipt,
+          receiptId,
           expiresAt: new Date(expiresAt * 1000).toISOString(),
           revision: result.firstRevision,
           position: result.position,
@@ -238,10 +247,35 @@ export class CommandsService {
     const claims = check.claims;
     if (claims.tenant !== caller.tenantId)
       throw new ApiError(404, 'receipt_not_found', 'receipt not found');
-    if (claims.tool !== body.toolName) throw refused('tool_mismatch');
-    if (claims.inputDigest !== inputDigest(normalizeToolInput(body.input)))
-      throw refused('input_mismatch');
-    if (claims.decision !== 'allow') throw refused('denied');
+    // What the receipt is bound to, as it is now: the run, its approvals, the policy.
+    const state = await this.state(caller, claims.run);
+    const approval = state.approvals.get(claims.approvalId);
+    const reason = consumeRefusal(
+      claims,
+      {
+        toolName: body.toolName,
+        ...(body.toolCallId === undefined ? {} : { toolCallId: body.toolCallId }),
+        inputDigest: inputDigest(normalizeToolInput(body.input)),
+        user: caller.user,
+        receipt: body.receipt,
+      },
+      {
+        threadId: state.threadId,
+        finished: state.finished !== null,
+        ...(approval === undefined
+          ? {}
+          : {
+              approval: {
+                toolCallId: approval.toolCallId,
+                resolvedReceipt: approval.resolution?.receipt,
+                resolvedDigest: approval.resolution?.receiptDigest,
+              },
+            }),
+        latestApprovalId: state.latestApprovalByToolCall.get(claims.toolCallId),
+      },
+      this.policy.evaluate(caller.tenantId, state.threadId, claims.tool).allowed,
+    );
+    if (reason !== null) throw refused(reason);
     try {
       // Insert-if-absent in the log itself: across any number of replicas, one append wins.
       const result = await this.store.append(
@@ -254,10 +288,11 @@ export class CommandsService {
               approvalId: claims.approvalId,
               runId: claims.run,
               threadId: claims.thread,
+              toolCallId: claims.toolCallId,
               toolName: claims.tool,
               consumedBy: caller.user,
             },
-            metadata: { tenantId: caller.tenantId },
+            metadata: { tenantId: caller.tenantId, runId: claims.run, threadId: claims.thread },
           },
         ],
         { expectedRevision: 'no_stream' },
@@ -334,14 +369,13 @@ function alreadyResolved(approval: ApprovalRecord): ApiError {
         downgraded: resolution.downgraded,
         decidedBy: resolution.decidedBy ?? null,
         policyRevision: resolution.policyRevision ?? null,
-        receipt: resolution.receipt,
         revision: resolution.revision,
       },
     },
   );
 }
 
-function refused(reason: string): ApiError {
+function refused(reason: ConsumeRefusal | 'malformed' | 'signature' | 'expired'): ApiError {
   return new ApiError(403, 'receipt_refused', `the receipt is refused: ${reason}`, undefined, {
     reason,
   });

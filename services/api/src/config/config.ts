@@ -113,6 +113,35 @@ export class EnvironmentSchema {
   })
   RATE_LIMIT_COSTLY = 6;
 
+  @IsOptional()
+  @Transform(toInt)
+  @IsInt({ message: 'RATE_LIMIT_SERVICE_CALLS must be an integer between 1 and 100000' })
+  @Min(1, { message: 'RATE_LIMIT_SERVICE_CALLS must be an integer between 1 and 100000' })
+  @Max(100_000, { message: 'RATE_LIMIT_SERVICE_CALLS must be an integer between 1 and 100000' })
+  RATE_LIMIT_SERVICE_CALLS?: number;
+
+  @IsOptional()
+  @Transform(toInt)
+  @IsInt({
+    message:
+      'RATE_LIMIT_SERVICE_COSTLY must be an integer of at least 1, at most RATE_LIMIT_SERVICE_CALLS',
+  })
+  @Min(1, {
+    message:
+      'RATE_LIMIT_SERVICE_COSTLY must be an integer of at least 1, at most RATE_LIMIT_SERVICE_CALLS',
+  })
+  RATE_LIMIT_SERVICE_COSTLY?: number;
+
+  @IsOptional()
+  @IsIn(['production', 'development', 'test'], {
+    message: 'RUNLEDGER_ENV must be production, development or test',
+  })
+  RUNLEDGER_ENV?: 'production' | 'development' | 'test';
+
+  @IsOptional()
+  @IsString()
+  NODE_ENV?: string;
+
   @Transform(toInt)
   @IsInt({ message: 'SSE_MAX_BUFFER must be an integer between 1 and 100000' })
   @Min(1, { message: 'SSE_MAX_BUFFER must be an integer between 1 and 100000' })
@@ -189,6 +218,10 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'RATE_LIMIT_WINDOW_MS',
   'RATE_LIMIT_CALLS',
   'RATE_LIMIT_COSTLY',
+  'RATE_LIMIT_SERVICE_CALLS',
+  'RATE_LIMIT_SERVICE_COSTLY',
+  'RUNLEDGER_ENV',
+  'NODE_ENV',
   'SSE_MAX_BUFFER',
   'SSE_HEARTBEAT_MS',
   'KAFKA_BROKERS',
@@ -201,13 +234,21 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'MIRROR_PORT',
 ];
 
-export type Scope = 'append' | 'read' | 'admin';
-export const SCOPES: readonly Scope[] = ['append', 'read', 'admin'];
+/**
+ * `append` records a run's events (the agent runtime); `read` reads runs and threads;
+ * `admin` operates the mirror; `approve` decides on tool calls (resolve, answer), so a
+ * runtime that records a call cannot also approve it; `act-as` marks a trusted gateway that
+ * names the acting user in X-Runledger-User.
+ */
+export type Scope = 'append' | 'read' | 'admin' | 'approve' | 'act-as';
+export const SCOPES: readonly Scope[] = ['append', 'read', 'admin', 'approve', 'act-as'];
 
 export interface ApiKey {
   key: string;
   tenantId: string;
   scopes: ReadonlySet<Scope>;
+  /** The user this key is (`key=tenant:scopes:user`); absent for a key that acts as itself. */
+  principal?: string;
 }
 
 export interface AppConfig {
@@ -232,9 +273,17 @@ export interface AppConfig {
   logLevel: EnvironmentSchema['LOG_LEVEL'];
   /**
    * Each user's budgets in a sliding window: `calls` calls, of which at most `costly` are
-   * costly ones (a costly call counts against both).
+   * costly ones (a costly call counts against both). `service`: the budgets of a key that
+   * acts as itself, naming no user.
    */
-  rateLimit: { windowMs: number; calls: number; costly: number };
+  rateLimit: {
+    windowMs: number;
+    calls: number;
+    costly: number;
+    service: { calls: number; costly: number };
+  };
+  /** NODE_ENV or RUNLEDGER_ENV is production: keys and RECEIPT_SECRET must be configured. */
+  production: boolean;
   /**
    * Server-Sent Events: most events queued for a client whose socket is not draining before
    * it is sent `overflow` and closed, and how often an idle stream gets a heartbeat comment.
@@ -265,13 +314,18 @@ export class ConfigError extends Error {
 
 const TENANT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
+/** Longest user name, in characters, whether configured or named by a gateway. */
+export const USER_NAME_MAX = 128;
+
 /**
- * `key1=tenantA:append,read;key2=tenantB:read,admin`. Short keys are accepted (test set-ups
- * use them) and warned about at start-up: see `shortKeyWarning`.
+ * `key1=tenantA:append,read;key2=tenantB:read,approve:ana`: each entry is a key, its tenant,
+ * its scopes and optionally the user the key is (percent-encoded UTF-8, so `%C5%81ukasz` is
+ * Łukasz). Short keys are accepted (test set-ups use them) and warned about at start-up:
+ * see `shortKeyWarning`.
  */
 export function parseApiKeys(text: string): ApiKey[] {
   const rule =
-    'RUNLEDGER_API_KEYS must look like key1=tenantA:append,read;key2=tenantB:read,admin (keys without spaces or "=", scopes among append, read, admin)';
+    'RUNLEDGER_API_KEYS must look like key1=tenantA:append,read;key2=tenantB:read,approve:user (keys without spaces or "=", scopes among append, read, admin, approve, act-as, an optional percent-encoded user)';
   const entries = text
     .split(';')
     .map((entry) => entry.trim())
@@ -279,9 +333,9 @@ export function parseApiKeys(text: string): ApiKey[] {
   if (entries.length === 0) throw new ConfigError([`${rule}: no key given`]);
   const seen = new Set<string>();
   return entries.map((entry, i) => {
-    const match = /^([^=\s]+)=([^:\s]+):([a-z,]+)$/.exec(entry);
+    const match = /^([^=\s]+)=([^:\s]+):([a-z,-]+)(?::([^:\s]+))?$/.exec(entry);
     if (!match) throw new ConfigError([`${rule}: entry ${i + 1} is malformed`]);
-    const [, key, tenantId, scopeList] = match;
+    const [, key, tenantId, scopeList, encodedUser] = match;
     if (!TENANT_PATTERN.test(tenantId))
       throw new ConfigError([`${rule}: entry ${i + 1} has an invalid tenant`]);
     const scopes = scopeList.split(',');
@@ -290,8 +344,39 @@ export function parseApiKeys(text: string): ApiKey[] {
       throw new ConfigError([`${rule}: entry ${i + 1} has unknown scopes ${unknown.join(',')}`]);
     if (seen.has(key)) throw new ConfigError([`${rule}: entry ${i + 1} repeats a key`]);
     seen.add(key);
-    return { key, tenantId, scopes: new Set(scopes as Scope[]) };
+    const principal = encodedUser === undefined ? undefined : decodeUser(encodedUser);
+    if (principal === null)
+      throw new ConfigError([`${rule}: entry ${i + 1} has a user that is not ${USER_NAME_RULE}`]);
+    return {
+      key,
+      tenantId,
+      scopes: new Set(scopes as Scope[]),
+      ...(principal === undefined ? {} : { principal }),
+    };
   });
+}
+
+export const USER_NAME_RULE = `percent-encoded UTF-8 of 1 to ${USER_NAME_MAX} printable characters, not starting with "key:"`;
+
+/**
+ * A user name from its percent-encoded UTF-8, or null when it is not one: undecodable,
+ * blank, too long, holding control characters, or spelled like a key's own identity
+ * (`key:<id>`, what a call naming no user is recorded as).
+ */
+export function decodeUser(encoded: string): string | null {
+  let name: string;
+  try {
+    // Surrounding spaces name no one else: ' ana ' is ana.
+    name = decodeURIComponent(encoded).trim();
+  } catch {
+    return null;
+  }
+  const printable = [...name].every((c) => {
+    const code = c.codePointAt(0)!;
+    return code >= 0x20 && !(code >= 0x7f && code <= 0x9f);
+  });
+  if (name === '' || [...name].length > USER_NAME_MAX || !printable) return null;
+  return name.startsWith('key:') ? null : name;
 }
 
 /** Reads and validates the environment; throws ConfigError naming every bad variable. */
@@ -312,6 +397,21 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
   }
   if (problems.length === 0 && parsed.RATE_LIMIT_COSTLY > parsed.RATE_LIMIT_CALLS) {
     problems.push('RATE_LIMIT_COSTLY must be an integer of at least 1, at most RATE_LIMIT_CALLS');
+  }
+  const serviceCalls = parsed.RATE_LIMIT_SERVICE_CALLS ?? parsed.RATE_LIMIT_CALLS;
+  const serviceCostly = parsed.RATE_LIMIT_SERVICE_COSTLY ?? parsed.RATE_LIMIT_COSTLY;
+  if (problems.length === 0 && serviceCostly > serviceCalls) {
+    problems.push(
+      'RATE_LIMIT_SERVICE_COSTLY must be an integer of at least 1, at most RATE_LIMIT_SERVICE_CALLS',
+    );
+  }
+  const production = parsed.NODE_ENV === 'production' || parsed.RUNLEDGER_ENV === 'production';
+  if (problems.length === 0 && production) {
+    // A forgotten variable must not become an all-scope development key on a public port.
+    if (parsed.RUNLEDGER_API_KEYS === undefined)
+      problems.push('RUNLEDGER_API_KEYS is required in production (NODE_ENV or RUNLEDGER_ENV)');
+    if (parsed.RECEIPT_SECRET === undefined)
+      problems.push('RECEIPT_SECRET is required in production (NODE_ENV or RUNLEDGER_ENV)');
   }
   if (
     problems.length === 0 &&
@@ -344,7 +444,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
       windowMs: parsed.RATE_LIMIT_WINDOW_MS,
       calls: parsed.RATE_LIMIT_CALLS,
       costly: parsed.RATE_LIMIT_COSTLY,
+      service: { calls: serviceCalls, costly: serviceCostly },
     },
+    production,
     sse: { maxBuffer: parsed.SSE_MAX_BUFFER, heartbeatMs: parsed.SSE_HEARTBEAT_MS },
     mirror: {
       brokers: parsed.KAFKA_BROKERS?.split(','),

@@ -28,7 +28,8 @@ describe('configuration', () => {
       receiptTtlSeconds: 300,
       maxEventsPerAppend: 1000,
       logLevel: 'log',
-      rateLimit: { windowMs: 10_000, calls: 30, costly: 6 },
+      rateLimit: { windowMs: 10_000, calls: 30, costly: 6, service: { calls: 30, costly: 6 } },
+      production: false,
       sse: { maxBuffer: 1000, heartbeatMs: 15_000 },
       mirror: {
         brokers: undefined,
@@ -138,6 +139,31 @@ describe('configuration', () => {
     ]);
   });
 
+  it('gives keys acting as themselves budgets of their own when set', () => {
+    expect(
+      loadConfig({ RATE_LIMIT_SERVICE_CALLS: '600', RATE_LIMIT_SERVICE_COSTLY: '120' }).rateLimit,
+    ).toEqual({ windowMs: 10_000, calls: 30, costly: 6, service: { calls: 600, costly: 120 } });
+    expect(problemsOf({ RATE_LIMIT_SERVICE_CALLS: '5' })).toEqual([
+      'RATE_LIMIT_SERVICE_COSTLY must be an integer of at least 1, at most RATE_LIMIT_SERVICE_CALLS',
+    ]);
+  });
+
+  it.each<Record<string, string>>([{ NODE_ENV: 'production' }, { RUNLEDGER_ENV: 'production' }])(
+    'in production (%p) refuses to start without keys and without RECEIPT_SECRET, naming each',
+    (env) => {
+      expect(problemsOf(env)).toEqual([
+        'RUNLEDGER_API_KEYS is required in production (NODE_ENV or RUNLEDGER_ENV)',
+        'RECEIPT_SECRET is required in production (NODE_ENV or RUNLEDGER_ENV)',
+      ]);
+      const configured = loadConfig({
+        ...env,
+        RUNLEDGER_API_KEYS: 'key-aaaaaaaaaaaaaaaa=tenantA:read',
+        RECEIPT_SECRET: 's'.repeat(32),
+      });
+      expect(configured.production).toBe(true);
+    },
+  );
+
   it('reports every bad variable at once', () => {
     expect(problemsOf({ PORT: 'x', LOG_LEVEL: 'y' })).toHaveLength(2);
   });
@@ -151,6 +177,17 @@ describe('RUNLEDGER_API_KEYS', () => {
     expect(keys.map((k) => [k.key, k.tenantId, [...k.scopes]])).toEqual([
       ['key-aaaaaaaaaaaaaaaa', 'tenantA', ['append', 'read']],
       ['key-bbbbbbbbbbbbbbbb', 'tenantB', ['read', 'admin']],
+    ]);
+  });
+
+  it('parses the user a key is, percent-encoded, and the approve and act-as scopes', () => {
+    const keys = parseApiKeys(
+      'k-ana-aaaaaaaaaaaaaa=acme:read,approve:Ana%20Lima;k-l-aaaaaaaaaaaaaaaa=acme:read:%C5%81ukasz%3A1;k-gw-aaaaaaaaaaaaaaa=acme:read,approve,act-as',
+    );
+    expect(keys.map((k) => [k.tenantId, [...k.scopes], k.principal])).toEqual([
+      ['acme', ['read', 'approve'], 'Ana Lima'],
+      ['acme', ['read'], 'Łukasz:1'],
+      ['acme', ['read', 'approve', 'act-as'], undefined],
     ]);
   });
 
@@ -176,6 +213,9 @@ describe('RUNLEDGER_API_KEYS', () => {
     ['key-aaaaaaaaaaaaaaaa=tenantA:read,write', /unknown scopes write/],
     ['key-aaaaaaaaaaaaaaaa=a:read;key-aaaaaaaaaaaaaaaa=b:read', /entry 2 repeats a key/],
     [';', /no key given/],
+    ['key-aaaaaaaaaaaaaaaa=tenantA:read:%E0%A4', /entry 1 has a user that is not/],
+    ['key-aaaaaaaaaaaaaaaa=tenantA:read:key:x', /entry 1 is malformed/],
+    ['key-aaaaaaaaaaaaaaaa=tenantA:read:key%3Ax', /entry 1 has a user that is not/],
   ])('refuses %s', (text, rule) => {
     expect(() => parseApiKeys(text)).toThrow(rule);
     expect(() => loadConfig({ RUNLEDGER_API_KEYS: text })).toThrow(/RUNLEDGER_API_KEYS/);
