@@ -8,5 +8,5 @@ export * from './size-gate';
 export * from './projections';
 export * from './policy';
 export * from './receipts';
-export * from './run-commands';
+export * from './run-decider';
 export * from './stream-names';

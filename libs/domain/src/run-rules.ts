@@ -79,7 +79,7 @@ export function checkRunAppend(
  * The run's active turn after `event`. A turn ends with its own `turn.finished` (one naming
  * another turn changes nothing) or with the run.
  */
-function nextActiveTurn(active: string | null, event: RuleEvent): string | null {
+export function nextActiveTurn(active: string | null, event: RuleEvent): string | null {
   const turnId = (event.data as { turnId?: unknown } | null)?.turnId;
   switch (event.type) {
     case 'turn.started':

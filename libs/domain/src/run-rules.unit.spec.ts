@@ -4,7 +4,7 @@
  */
 import fc from 'fast-check';
 import type { EventType } from './event-types';
-import { runCommandState } from './run-commands';
+import { foldRunState } from './run-decider';
 import {
   checkRunAppend,
   runHeadOf,
@@ -281,7 +281,7 @@ describe('stampActiveTurns', () => {
               head = runHeadOf(recorded[recorded.length - 1]);
             }
           }
-          expect(head.activeTurnId).toBe(runCommandState(recorded).activeTurnId);
+          expect(head.activeTurnId).toBe(foldRunState(recorded).activeTurnId);
         },
       ),
     );

@@ -8,6 +8,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Metrics } from '@runledger/observability';
 import { BodyRejections } from '../runs/body-rejections';
 import { ApiError } from './api-error';
+import { refusalToApiError } from './refusals';
 
 const STATUS_CODES: Record<number, string> = {
   // Fastify's JSON parser is the only source of a bare 400: every other 400 is an ApiError.
@@ -27,6 +28,8 @@ const STATUS_CODES: Record<number, string> = {
 
 export function toApiError(error: unknown): ApiError | null {
   if (error instanceof ApiError) return error;
+  const refusal = refusalToApiError(error);
+  if (refusal) return refusal;
   if (error instanceof HttpException) {
     const status = error.getStatus();
     return new ApiError(status, STATUS_CODES[status] ?? 'error', error.message);

@@ -8,8 +8,8 @@ import { v7 as uuidv7 } from 'uuid';
 import {
   ChainVerifier,
   PATH_ID_PATTERN,
+  RefusedError,
   SERVER_ONLY_TYPES,
-  canonicalJson,
   checkRunAppend,
   gateEvent,
   runHeadOf,
@@ -17,14 +17,13 @@ import {
   sealBatch,
   stampActiveTurns,
   validateEvent,
+  violationRefusal,
   type ChainVerdict,
   type RunHead,
-  type RunRuleViolation,
   type ValidEvent,
 } from '@runledger/domain';
 import {
   EVENT_STORE,
-  EventIdConflictError,
   WrongExpectedRevisionError,
   expectationHolds,
   type AppendResult,
@@ -59,18 +58,9 @@ export interface EventView {
   metadata: Record<string, unknown>;
 }
 
-const RULE_STATUS: Record<RunRuleViolation['code'], number> = {
-  run_not_found: 404,
-  run_already_started: 409,
-  run_finished: 409,
-  turn_already_active: 409,
-};
-
 /** Appends that lose a race with another process re-read the head and try again, this often. */
 const MAX_ATTEMPTS = 5;
 const PAGE = 500;
-/** How far back from a stream's end a retried batch is looked for when its place is unknown. */
-const RETRY_WINDOW = 1000;
 
 @Injectable()
 export class RunLogService {
@@ -225,12 +215,10 @@ export class RunLogService {
       }
       if (violation || mismatch) {
         // A retry of a batch that was recorded answers its originals, even after the run ended.
-        const sameTenant = head === null || head.tenantId === tenantId;
-        const original =
-          clientIds && sameTenant ? await this.findRecorded(stream, events, expected) : null;
+        const original = clientIds ? await this.recordedBefore(stream, events) : null;
         if (original) return original;
-        if (violation) throw ruleError(violation);
-        throw wrongRevision(expected, head);
+        if (violation) throw new RefusedError(violationRefusal(violation));
+        throw new WrongExpectedRevisionError(stream, expected, head?.revision ?? 'no_stream');
       }
       const threadId = head?.threadId ?? (events[0].data as { threadId: string }).threadId;
       const sealed = sealBatch(head, { tenantId, runId, threadId }, stampActiveTurns(head, events));
@@ -244,14 +232,11 @@ export class RunLogService {
         return result;
       } catch (error) {
         this.heads.forget(stream);
-        if (error instanceof EventIdConflictError) {
-          throw new ApiError(409, 'event_id_conflict', error.message, { eventId: error.eventId });
-        }
         const lostRace = error instanceof WrongExpectedRevisionError;
         const retryable =
           cached !== undefined || expected === 'any' || expected === 'stream_exists';
         if (lostRace && retryable && attempt < MAX_ATTEMPTS) continue;
-        if (lostRace) throw wrongRevision(expected, null, error.actual);
+        if (lostRace) throw new WrongExpectedRevisionError(stream, expected, error.actual);
         throw error;
       }
     }
@@ -325,49 +310,25 @@ export class RunLogService {
     });
   }
 
-  /** The batch as already recorded in this stream, or null; a partial or altered match is a conflict. */
-  private async findRecorded(
+  /**
+   * Whether a batch refused now was recorded before (a retry after the run moved on or
+   * ended). The store alone decides: when it knows one of the ids in this stream, re-sending
+   * the batch answers the originals or refuses ids recorded with other content, and writes
+   * nothing, since a batch with a known id is never appended.
+   */
+  private async recordedBefore(
     stream: string,
     events: (ValidEvent & { id: string })[],
-    expected: ExpectedRevision,
   ): Promise<AppendResult | null> {
-    const candidates =
-      typeof expected === 'number'
-        ? await this.store.readStream(stream, {
-            fromRevision: expected + 1,
-            maxCount: events.length,
-          })
-        : expected === 'no_stream'
-          ? await this.store.readStream(stream, { fromRevision: 0, maxCount: events.length })
-          : await this.store.readStream(stream, { direction: 'backwards', maxCount: RETRY_WINDOW });
-    const byId = new Map(candidates.map((e) => [e.id, e]));
-    const found = events.map((e) => byId.get(e.id));
-    if (found.every((e) => e === undefined)) return null;
-    found.forEach((recorded, i) => {
-      const event = events[i];
-      if (
-        !recorded ||
-        recorded.type !== event.type ||
-        canonicalJson(recorded.data) !== canonicalJson(event.data)
-      ) {
-        throw new ApiError(
-          409,
-          'event_id_conflict',
-          `event id ${event.id} does not match what is recorded`,
-          {
-            eventId: event.id,
-          },
-        );
-      }
-    });
-    const recorded = found as RecordedEvent[];
-    return {
-      firstRevision: recorded[0].revision,
-      lastRevision: recorded[recorded.length - 1].revision,
-      position: recorded[recorded.length - 1].position,
-      events: recorded.map((e) => ({ id: e.id, revision: e.revision, position: e.position })),
-      idempotent: true,
-    };
+    const known = await this.store.readByIds(
+      stream,
+      events.map((event) => event.id),
+    );
+    if (known.length === 0) return null;
+    return this.store.append(
+      stream,
+      events.map(({ id, type, data }) => ({ id, type, data, metadata: {} })),
+    );
   }
 
   private async readHead(stream: string): Promise<RunHead | null> {
@@ -443,36 +404,6 @@ export function assertRunId(runId: string): void {
       { field: 'runId', rule: 'matches', message: `runId must match ${PATH_ID_PATTERN.source}` },
     ]);
   }
-}
-
-function ruleError(violation: RunRuleViolation): ApiError {
-  const details =
-    'index' in violation && violation.index !== undefined ? { index: violation.index } : undefined;
-  const fields = 'activeTurnId' in violation ? { activeTurnId: violation.activeTurnId } : {};
-  return new ApiError(
-    RULE_STATUS[violation.code],
-    violation.code,
-    violation.message,
-    details,
-    fields,
-  );
-}
-
-function wrongRevision(
-  expected: ExpectedRevision,
-  head: RunHead | null,
-  actual: number | 'no_stream' = head?.revision ?? 'no_stream',
-): ApiError {
-  const revisions = { expectedRevision: expected, actualRevision: actual };
-  // In `details` like every error's facts, and at the top like the other 409s' (DESIGN.md:
-  // "409 with the actual revision").
-  return new ApiError(
-    409,
-    'wrong_expected_revision',
-    `expected revision ${String(expected)}, actual ${String(actual)}`,
-    revisions,
-    revisions,
-  );
 }
 
 /** A recorded event as every read answers it (pages, replay lines, SSE data). */
