@@ -8,6 +8,7 @@
  * one table at the edge (services/api/src/http/refusals.ts).
  */
 import type { Decision } from './event-types';
+import { sealBatch, type UnsealedEvent } from './hash-chain';
 import type { PolicyVerdict } from './policy';
 import type { PendingApproval } from './projections';
 import {
@@ -18,7 +19,13 @@ import {
   type ConsumeAttempt,
   type ReceiptClaims,
 } from './receipts';
-import { nextActiveTurn, type RunRuleViolation } from './run-rules';
+import {
+  checkRunAppend,
+  nextActiveTurn,
+  stampActiveTurns,
+  type RunHead,
+  type RunRuleViolation,
+} from './run-rules';
 
 export interface ApprovalRecord {
   approvalId: string;
@@ -183,6 +190,32 @@ function finishedRefusal(state: RunState, runId: string): { refusal: Refusal } |
   return refuse('run_finished', `run ${runId} is already ${state.finished.status}`, {
     status: state.finished.status,
   });
+}
+
+export interface AppendCommand {
+  tenantId: string;
+  runId: string;
+  /** Validated and size-gated, with their ids. */
+  events: readonly UnsealedEvent[];
+}
+
+/**
+ * Appends a batch to a run if the run's rules allow it (run-rules.ts), decided on the run's
+ * head: the part of the run state each recorded event carries in its stamps, so the busiest
+ * path reads one event, not the stream. The events come back stamped with the active turn,
+ * the run's context and the hash chain, ready for the store.
+ */
+export function decideAppend(
+  command: AppendCommand,
+  head: RunHead | null,
+): { events: UnsealedEvent[] } | { refusal: Refusal } {
+  const { tenantId, runId, events } = command;
+  const violation = checkRunAppend(head, tenantId, runId, events);
+  if (violation) return { refusal: violationRefusal(violation) };
+  const threadId = head?.threadId ?? (events[0].data as { threadId: string }).threadId;
+  return {
+    events: sealBatch(head, { tenantId, runId, threadId }, stampActiveTurns(head, events)),
+  };
 }
 
 export interface SteerCommand {

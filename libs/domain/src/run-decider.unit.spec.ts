@@ -1,7 +1,10 @@
 import type { PolicyVerdict } from './policy';
 import { inputDigest, receiptDigest, verifyReceipt } from './receipts';
+import { ChainVerifier } from './hash-chain';
+import type { RunHead } from './run-rules';
 import {
   decideAnswer,
+  decideAppend,
   decideConsume,
   decideResolve,
   decideSteer,
@@ -132,6 +135,56 @@ const resolve =
     );
 
 describe('deciders', () => {
+  describe('append', () => {
+    const batch = (...types: [string, Record<string, unknown>][]) =>
+      types.map(([type, data], i) => ({ id: `e${i}`, type, data, metadata: {} }));
+    const append = (events: ReturnType<typeof batch>, head: RunHead | null) =>
+      decideAppend({ tenantId: 'acme', runId: 'r1', events }, head);
+
+    it("starts a run: stamped with the run's context, the active turn and the hash chain", () => {
+      const outcome = append(
+        batch(['run.started', { threadId: 'thread-1' }], ['turn.started', { turnId: 't1' }]),
+        null,
+      );
+      if ('refusal' in outcome) throw new Error(outcome.refusal.message);
+      expect(outcome.events.map((e) => e.metadata)).toEqual([
+        expect.objectContaining({ tenantId: 'acme', runId: 'r1', threadId: 'thread-1' }),
+        expect.objectContaining({ threadId: 'thread-1', activeTurnId: 't1' }),
+      ]);
+      expect(outcome.events[1].metadata.prevHash).toBe(outcome.events[0].metadata.hash);
+      const verifier = new ChainVerifier('r1');
+      outcome.events.forEach((e, revision) => verifier.add({ ...e, revision }));
+      expect(verifier.verdict().verified).toBe(true);
+    });
+
+    it('refuses by the run rules: a run not started, a second turn, a finished run', () => {
+      const head = (over: Partial<RunHead>): RunHead => ({
+        revision: 3,
+        hash: 'h',
+        tenantId: 'acme',
+        threadId: 'thread-1',
+        finished: false,
+        activeTurnId: null,
+        ...over,
+      });
+      expect(append(batch(['message.added', {}]), null)).toMatchObject({
+        refusal: { code: 'run_not_found' },
+      });
+      expect(
+        append(batch(['turn.started', { turnId: 't2' }]), head({ activeTurnId: 't1' })),
+      ).toMatchObject({
+        refusal: {
+          code: 'turn_already_active',
+          fields: { activeTurnId: 't1' },
+          details: { index: 0 },
+        },
+      });
+      expect(append(batch(['message.added', {}]), head({ finished: true }))).toMatchObject({
+        refusal: { code: 'run_finished' },
+      });
+    });
+  });
+
   describe('steer', () => {
     const steer = (expectedTurnId: string) => (state: RunState) =>
       decideSteer({ runId: 'r1', expectedTurnId, instruction: 'narrower' }, state);

@@ -10,14 +10,11 @@ import {
   PATH_ID_PATTERN,
   RefusedError,
   SERVER_ONLY_TYPES,
-  checkRunAppend,
+  decideAppend,
   gateEvent,
   runHeadOf,
   runStream,
-  sealBatch,
-  stampActiveTurns,
   validateEvent,
-  violationRefusal,
   type ChainVerdict,
   type RunHead,
   type ValidEvent,
@@ -206,22 +203,22 @@ export class RunLogService {
     for (let attempt = 1; ; attempt += 1) {
       const cached = this.heads.get(stream);
       const head = cached ?? (await this.readHead(stream));
-      const violation = checkRunAppend(head, tenantId, runId, events);
+      const decided = decideAppend({ tenantId, runId, events }, head);
+      const refused = 'refusal' in decided;
       const mismatch = !expectationHolds(expected, head?.revision);
-      if ((violation || mismatch) && cached) {
+      if ((refused || mismatch) && cached) {
         // Decide a refusal on the stored head only: another process may have moved it.
         this.heads.forget(stream);
         continue;
       }
-      if (violation || mismatch) {
+      if (refused || mismatch) {
         // A retry of a batch that was recorded answers its originals, even after the run ended.
         const original = clientIds ? await this.recordedBefore(stream, events) : null;
         if (original) return original;
-        if (violation) throw new RefusedError(violationRefusal(violation));
+        if (refused) throw new RefusedError(decided.refusal);
         throw new WrongExpectedRevisionError(stream, expected, head?.revision ?? 'no_stream');
       }
-      const threadId = head?.threadId ?? (events[0].data as { threadId: string }).threadId;
-      const sealed = sealBatch(head, { tenantId, runId, threadId }, stampActiveTurns(head, events));
+      const sealed = decided.events;
       try {
         const result = await this.store.append(stream, sealed, {
           expectedRevision: head?.revision ?? 'no_stream',
