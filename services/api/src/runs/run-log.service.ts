@@ -333,7 +333,10 @@ export class RunLogService {
     return last ? runHeadOf(last) : null;
   }
 
-  /** The run's head, or 404 when it does not exist or belongs to another tenant. */
+  /**
+   * The run's head, or 404 when the tenant has no such run. The stream is the tenant's own;
+   * its stamped tenant is checked too, so a stream whose stamp disagrees is never served.
+   */
   async requireRun(tenantId: string, runId: string): Promise<RunHead> {
     assertRunId(runId);
     const head = await this.readHead(runStream(tenantId, runId));
