@@ -77,7 +77,9 @@ export interface EventStoreWriter {
    * Appends a batch atomically. Ids already recorded in the stream with the same type and
    * data make the call idempotent (the originals are answered, nothing is written) whatever
    * the expected revision; an id recorded with other content is an `EventIdConflictError`.
-   * Ids are unique per tenant (`eventIdScope` in libs/domain), never across tenants.
+   * Ids never clash across tenants (`eventIdScope` in libs/domain). Within a tenant, SQLite
+   * refuses an id recorded in another of its streams; EventStoreDB, which has no index across
+   * streams, checks ids within their stream.
    */
   append(stream: string, events: EventToAppend[], options?: AppendOptions): Promise<AppendResult>;
 }
