@@ -143,7 +143,9 @@ export type RefusalCode =
   | 'already_resolved'
   | 'no_pending_approval'
   | 'ambiguous'
-  | 'receipt_refused';
+  | 'receipt_refused'
+  | 'receipt_not_found'
+  | 'receipt_already_used';
 
 /** Why a command changes nothing: a code, a sentence, and the facts a caller acts on. */
 export interface Refusal {

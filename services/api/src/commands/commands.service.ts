@@ -149,8 +149,10 @@ export class CommandsService {
       });
     }
     const claims = check.claims;
-    if (claims.tenant !== caller.tenantId)
-      throw new ApiError(404, 'receipt_not_found', 'receipt not found');
+    if (claims.tenant !== caller.tenantId) {
+      // Another tenant's receipt is not found, as its runs are not: nothing about it is told.
+      throw new RefusedError({ code: 'receipt_not_found', message: 'receipt not found' });
+    }
     // What the receipt is bound to, as it is now: the run, its approvals, the policy.
     const outcome = decideConsume(
       {
@@ -190,7 +192,10 @@ export class CommandsService {
       };
     } catch (error) {
       if (!(error instanceof WrongExpectedRevisionError)) throw error;
-      throw new ApiError(409, 'receipt_already_used', `receipt ${claims.rid} was already consumed`);
+      throw new RefusedError({
+        code: 'receipt_already_used',
+        message: `receipt ${claims.rid} was already consumed`,
+      });
     }
   }
 

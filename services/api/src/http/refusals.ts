@@ -19,6 +19,8 @@ export const REFUSAL_STATUS: Record<RefusalCode, number> = {
   no_pending_approval: 409,
   ambiguous: 409,
   receipt_refused: 403,
+  receipt_not_found: 404,
+  receipt_already_used: 409,
 };
 
 /** The HTTP answer for a refusal, or null for any other error. */
