@@ -61,6 +61,7 @@ const PAGE = 500;
 
 @Injectable()
 export class RunLogService {
+  /** Appends to one stream take turns; two tenants' runs of one id are two streams. */
   private readonly serializer = new KeyedSerializer();
   /** Heads of runs this process appended to last; the store's revision check guards them. */
   private readonly heads = new HeadCache(10_000);
@@ -106,7 +107,7 @@ export class RunLogService {
     const clientIds = events.some((e) => e.id !== undefined);
     const gated = withIds.map((event) => this.gate(event));
     const toRecord = gated.map((g) => g.event as ValidEvent & { id: string });
-    const result = await this.serializer.run(runId, () =>
+    const result = await this.serializer.run(runStream(tenantId, runId), () =>
       this.appendSerialized(tenantId, runId, toRecord, request.value.expectedRevision, clientIds),
     );
     const outcome = result.idempotent ? 'idempotent' : 'recorded';
@@ -259,7 +260,7 @@ export class RunLogService {
       }
       return { ...check.value, id: uuidv7() };
     });
-    const result = await this.serializer.run(runId, () =>
+    const result = await this.serializer.run(runStream(tenantId, runId), () =>
       this.appendSerialized(tenantId, runId, valid, expected, false),
     );
     for (const event of valid)
@@ -292,7 +293,7 @@ export class RunLogService {
   ): Promise<boolean> {
     if (!PATH_ID_PATTERN.test(runId)) return false;
     const stream = runStream(tenantId, runId);
-    return this.serializer.run(runId, async () => {
+    return this.serializer.run(stream, async () => {
       const head = await this.readHead(stream);
       if (!head || head.tenantId !== tenantId || head.finished) return false;
       const marker: ValidEvent & { id: string } = {
