@@ -216,14 +216,15 @@ export class MirrorFollower {
    * Re-drives a parked event: encodes and publishes it again, alone. Resolves with the
    * updated record once the broker acknowledged; StillParkedError when it is refused again.
    */
-  async retryParked(eventId: string): Promise<ParkedEvent> {
-    const parked = this.store.parked(eventId);
+  async retryParked(eventId: string, tenantId: string | null): Promise<ParkedEvent> {
+    const parked = this.store.parked(eventId, tenantId);
     if (!parked) throw new ParkedEventNotFoundError(eventId);
+    const { position } = parked;
     if (parked.redrivenAt !== null) return parked;
     const [event] = await this.log.readAll({ fromPosition: parked.position, maxCount: 1 });
     if (!event || event.id !== eventId) {
       const reason = `the log holds no event ${eventId} at position ${parked.position}`;
-      this.store.recordAttempt(eventId, reason);
+      this.store.recordAttempt(position, reason);
       throw new StillParkedError(eventId, reason);
     }
     let message: MirrorMessage;
@@ -233,13 +234,13 @@ export class MirrorFollower {
     } catch (error) {
       if (error instanceof UnencodableEventError || error instanceof RejectedMessageError) {
         const reason = reasonOf(error);
-        this.store.recordAttempt(eventId, reason);
+        this.store.recordAttempt(position, reason);
         throw new StillParkedError(eventId, reason);
       }
       throw error;
     }
-    this.store.markRedriven(eventId);
-    return this.store.parked(eventId) ?? parked;
+    this.store.markRedriven(position);
+    return this.store.parkedAt(position) ?? parked;
   }
 
   private subscribe(): void {
