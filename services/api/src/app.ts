@@ -53,6 +53,16 @@ export async function createApp(
       )
       .setVersion('1')
       .addBearerAuth()
+      .addGlobalParameters({
+        in: 'header',
+        name: 'X-Runledger-User',
+        required: false,
+        schema: { type: 'string', maxLength: 1024 },
+        description:
+          'The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: ' +
+          "UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may " +
+          "send it (any other key: 403); without it a call acts as the key's own user, or as the key.",
+      })
       .build(),
   );
   SwaggerModule.setup('docs', app, document);

@@ -398,5 +398,11 @@ describe('operations', () => {
     const docs = await t.http().get('/docs-json');
     expect(docs.status).toBe(200);
     expect(Object.keys(docs.body.paths)).toContain('/v1/runs/{runId}/events');
+    const resolve = docs.body.paths['/v1/runs/{runId}/approvals/{approvalId}/resolve'].post;
+    expect(resolve.parameters).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ in: 'header', name: 'X-Runledger-User', required: false }),
+      ]),
+    );
   });
 });
