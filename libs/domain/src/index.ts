@@ -9,4 +9,5 @@ export * from './projections';
 export * from './policy';
 export * from './receipts';
 export * from './tool-labels';
+export * from './notifications';
 export * from './run-commands';
