@@ -10,4 +10,6 @@ export * from './policy';
 export * from './receipts';
 export * from './tool-labels';
 export * from './notifications';
+export * from './bindings';
+export * from './prompt';
 export * from './run-commands';
