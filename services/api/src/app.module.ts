@@ -25,6 +25,9 @@ import { ThreadsController } from './threads/threads.controller';
 import { ThreadsService } from './threads/threads.service';
 import { SseFanout } from './streams/sse-fanout.service';
 import { StreamsController } from './streams/streams.controller';
+import { NotificationsController } from './notifications/notifications.controller';
+import { NotificationsService } from './notifications/notifications.service';
+import { SurfaceService } from './surface/surface.service';
 
 @Module({})
 export class AppModule {
@@ -45,6 +48,7 @@ export class AppModule {
         HealthController,
         StreamsController,
         MirrorAdminController,
+        NotificationsController,
       ],
       providers: [
         { provide: APP_CONFIG, useValue: config },
@@ -57,6 +61,8 @@ export class AppModule {
         CommandsService,
         BodyRejections,
         SseFanout,
+        SurfaceService,
+        NotificationsService,
         { provide: APP_GUARD, useClass: AccessGuard },
         ...RATE_LIMIT_PROVIDERS, // after the AccessGuard: limits need the principal
         { provide: APP_FILTER, useClass: ErrorFilter },
