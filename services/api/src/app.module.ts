@@ -28,6 +28,11 @@ import { StreamsController } from './streams/streams.controller';
 import { NotificationsController } from './notifications/notifications.controller';
 import { NotificationsService } from './notifications/notifications.service';
 import { SurfaceService } from './surface/surface.service';
+import { ThreadDirectory } from './surface/thread-directory.service';
+import { BindingsController } from './bindings/bindings.controller';
+import { BindingsService } from './bindings/bindings.service';
+import { PromptController } from './prompt/prompt.controller';
+import { PromptService } from './prompt/prompt.service';
 
 @Module({})
 export class AppModule {
@@ -49,6 +54,8 @@ export class AppModule {
         StreamsController,
         MirrorAdminController,
         NotificationsController,
+        BindingsController,
+        PromptController,
       ],
       providers: [
         { provide: APP_CONFIG, useValue: config },
@@ -63,6 +70,9 @@ export class AppModule {
         SseFanout,
         SurfaceService,
         NotificationsService,
+        ThreadDirectory,
+        BindingsService,
+        PromptService,
         { provide: APP_GUARD, useClass: AccessGuard },
         ...RATE_LIMIT_PROVIDERS, // after the AccessGuard: limits need the principal
         { provide: APP_FILTER, useClass: ErrorFilter },
