@@ -27,6 +27,7 @@ import { SseFanout } from './streams/sse-fanout.service';
 import { StreamsController } from './streams/streams.controller';
 import { NotificationsController } from './notifications/notifications.controller';
 import { NotificationsService } from './notifications/notifications.service';
+import { NotificationKafka } from './notifications/notification-kafka.service';
 import { SurfaceService } from './surface/surface.service';
 import { ThreadDirectory } from './surface/thread-directory.service';
 import { BindingsController } from './bindings/bindings.controller';
@@ -70,6 +71,7 @@ export class AppModule {
         SseFanout,
         SurfaceService,
         NotificationsService,
+        NotificationKafka,
         ThreadDirectory,
         BindingsService,
         PromptService,

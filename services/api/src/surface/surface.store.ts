@@ -46,6 +46,8 @@ const SCHEMA = `
 `;
 
 export const SURFACE_CHECKPOINT = 'client-surface';
+/** How far the notifications were published to Kafka (notification-publisher.ts). */
+export const PUBLISHED_CHECKPOINT = 'notifications-published';
 
 /** A binding as `GET /v1/bindings` lists it. */
 export interface BindingView extends ChannelBound {
@@ -147,6 +149,27 @@ export class SurfaceStore {
   /** Fold states, notifications, users, bindings and the checkpoint, in one transaction. */
   commit(batch: SurfaceBatch): void {
     this.commitTx(batch);
+  }
+
+  /** Every tenant's notifications after `after`, oldest first: what the Kafka publisher sends next. */
+  notificationsAfter(after: number, limit: number): { tenantId: string; item: Notification }[] {
+    const rows = this.db
+      .prepare(
+        'SELECT tenant_id, item FROM notifications WHERE position > ? ORDER BY position LIMIT ?',
+      )
+      .all(after, limit) as { tenant_id: string; item: string }[];
+    return rows.map((row) => ({
+      tenantId: row.tenant_id,
+      item: JSON.parse(row.item) as Notification,
+    }));
+  }
+
+  published(): number {
+    return this.checkpoints.get(PUBLISHED_CHECKPOINT);
+  }
+
+  savePublished(position: number): void {
+    this.checkpoints.save(PUBLISHED_CHECKPOINT, position);
   }
 
   notificationThread(tenantId: string, threadId: string): NotificationThread | null {
