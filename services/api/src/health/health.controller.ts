@@ -5,6 +5,7 @@ import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { MirrorService } from '@runledger/mirror';
 import { Metrics } from '@runledger/observability';
 import { Public } from '../auth/access.decorators';
+import { SurfaceService } from '../surface/surface.service';
 import { ProjectionsService } from '../threads/projections.service';
 
 /**
@@ -22,6 +23,8 @@ export class HealthController {
     @Optional() private readonly projections?: ProjectionsService,
     /** Present when this process runs the Kafka mirror. */
     @Optional() private readonly mirror?: MirrorService,
+    /** Present in the api: notifications and bindings. */
+    @Optional() private readonly surface?: SurfaceService,
   ) {}
 
   @Get('health/live')
@@ -38,7 +41,9 @@ export class HealthController {
       () => 'ok',
       (error: unknown) => `unreachable: ${String(error)}`,
     );
-    const projector = this.projections ? (this.projections.problem() ?? 'ok') : undefined;
+    const projector = this.projections
+      ? (this.projections.problem() ?? this.surface?.problem() ?? 'ok')
+      : undefined;
     const mirror = this.mirror ? (this.mirror.problem() ?? 'ok') : 'off';
     const ready =
       store === 'ok' && (projector ?? 'ok') === 'ok' && (mirror === 'ok' || mirror === 'off');

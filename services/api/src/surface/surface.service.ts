@@ -70,6 +70,12 @@ export class SurfaceService
     return this.follower.current();
   }
 
+  /** Null when healthy, else why notifications and bindings cannot be trusted to catch up. */
+  problem(): string | null {
+    const failure = this.follower.problem();
+    return failure === null ? null : `client surface stopped: ${String(failure)}`;
+  }
+
   /** Called after every committed batch with the new position, until the returned function is called. */
   onCommit(listener: (position: number) => void): () => void {
     this.listeners.add(listener);
