@@ -44,7 +44,9 @@ export interface NotificationThread {
   threadId: string;
   title: string | null;
   activeRuns: string[];
+  /** The most recent ended runs (MAX_ENDED_RUNS), so a late event of one never revives it. */
   endedRuns: string[];
+  endedCount: number;
   pending: { approvalId: string; runId: string }[];
   status: 'blocked' | 'finished' | 'open';
   /** Who the thread is for: `metadata.user` of its run and turn starts (`u:<name>` or `k:<key id>`). */
@@ -53,6 +55,12 @@ export interface NotificationThread {
   position: number;
 }
 
+/**
+ * Ended runs remembered by id. A chat thread gains a run per finished conversation, so the
+ * list is bounded; the write path refuses any event after a run's end, so only a redelivery
+ * could name an older one, and the position check already drops those.
+ */
+export const MAX_ENDED_RUNS = 64;
 /** Users remembered per thread; a thread many people prompt is findable by its first ones. */
 export const MAX_THREAD_USERS = 32;
 /** Longest summary; a longer one is cut and ends with '…'. */
@@ -68,6 +76,7 @@ export function emptyNotificationThread(tenantId: string, threadId: string): Not
     title: null,
     activeRuns: [],
     endedRuns: [],
+    endedCount: 0,
     pending: [],
     status: 'open',
     users: [],
@@ -105,6 +114,8 @@ export function foldNotification(
       if (state.activeRuns.includes(runId)) {
         state.activeRuns = state.activeRuns.filter((id) => id !== runId);
         state.endedRuns.push(runId);
+        if (state.endedRuns.length > MAX_ENDED_RUNS) state.endedRuns.shift();
+        state.endedCount += 1;
       }
       state.pending = state.pending.filter((p) => p.runId !== runId);
       break;
@@ -140,7 +151,7 @@ function noteUser(state: NotificationThread, event: ProjectedEvent): void {
 
 function statusOf(state: NotificationThread): NotificationThread['status'] {
   if (state.pending.length > 0) return 'blocked';
-  if (state.endedRuns.length > 0 && state.activeRuns.length === 0) return 'finished';
+  if (state.endedCount > 0 && state.activeRuns.length === 0) return 'finished';
   return 'open';
 }
 

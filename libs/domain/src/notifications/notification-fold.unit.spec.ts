@@ -10,6 +10,7 @@ import { threadSequences } from '../projections/testing/thread-sequences';
 import {
   emptyNotificationThread,
   foldNotification,
+  MAX_ENDED_RUNS,
   SUMMARY_MAX,
   type Notification,
 } from './notification-fold';
@@ -168,5 +169,20 @@ describe('foldNotification', () => {
       }),
       { numRuns: 300 },
     );
+  });
+});
+
+describe('foldNotification: long threads', () => {
+  it(`remembers at most ${MAX_ENDED_RUNS} ended runs, and still finishes once per ending`, () => {
+    const events: ProjectedEvent[] = [];
+    for (let i = 0; i < MAX_ENDED_RUNS + 10; i += 1) {
+      events.push(log.runStarted(`r${i}`), log.runFinished(`r${i}`, 'completed'));
+    }
+    const state = emptyNotificationThread(TENANT, THREAD);
+    const items = events.flatMap((event) => foldNotification(state, event) ?? []);
+    expect(items).toHaveLength(MAX_ENDED_RUNS + 10);
+    expect(state.endedRuns).toHaveLength(MAX_ENDED_RUNS);
+    expect(state.endedCount).toBe(MAX_ENDED_RUNS + 10);
+    expect(state.activeRuns).toEqual([]);
   });
 });
