@@ -17,9 +17,18 @@ export function bindingCaller(request: FastifyRequest): BindingCaller {
   };
 }
 
-function filter(name: string, raw: string | undefined, pattern: RegExp | null): string | undefined {
+function filter(
+  name: string,
+  raw: string | string[] | undefined,
+  pattern: RegExp | null,
+): string | undefined {
   if (raw === undefined) return undefined;
-  if (raw === '' || raw.length > CHANNEL_FIELD_MAX || (pattern !== null && !pattern.test(raw))) {
+  if (
+    typeof raw !== 'string' ||
+    raw === '' ||
+    raw.length > CHANNEL_FIELD_MAX ||
+    (pattern !== null && !pattern.test(raw))
+  ) {
     const rule = `${name} must be 1 to ${CHANNEL_FIELD_MAX} characters${pattern ? ` matching ${pattern.source}` : ''}`;
     throw new ApiError(400, 'validation_failed', rule, [
       { field: name, rule: 'matches', message: rule },
@@ -66,11 +75,11 @@ export class BindingsController {
   })
   list(
     @Req() request: FastifyRequest,
-    @Query('channel') channel?: string,
-    @Query('account') account?: string,
-    @Query('after') after?: string,
-    @Query('limit') limit?: string,
-    @Query('minPosition') minPosition?: string,
+    @Query('channel') channel?: string | string[],
+    @Query('account') account?: string | string[],
+    @Query('after') after?: string | string[],
+    @Query('limit') limit?: string | string[],
+    @Query('minPosition') minPosition?: string | string[],
   ) {
     return this.bindings.list(request.principal!.tenantId, {
       channel: filter('channel', channel, CHANNEL_PATTERN),

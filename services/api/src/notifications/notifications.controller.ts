@@ -23,10 +23,13 @@ export function notificationCaller(request: FastifyRequest): NotificationCaller 
 }
 
 /** `me` is the caller; anything else names a user as the API records them. */
-function userFilter(caller: NotificationCaller, raw: string | undefined): string | undefined {
+function userFilter(
+  caller: NotificationCaller,
+  raw: string | string[] | undefined,
+): string | undefined {
   if (raw === undefined) return undefined;
   if (raw === 'me') return caller.user;
-  if (raw === '' || raw.length > USER_HEADER_MAX + 2) {
+  if (typeof raw !== 'string' || raw === '' || raw.length > USER_HEADER_MAX + 2) {
     const rule = `user must be me, u:<name> or k:<key id>, 1 to ${USER_HEADER_MAX + 2} characters`;
     throw new ApiError(400, 'validation_failed', rule, [
       { field: 'user', rule: 'length', message: rule },
@@ -35,10 +38,10 @@ function userFilter(caller: NotificationCaller, raw: string | undefined): string
   return raw;
 }
 
-function position(name: string, raw: string | undefined): number | undefined {
-  return raw === undefined || raw.trim() === ''
-    ? undefined
-    : queryInt(name, raw.trim(), 0, 0, Number.MAX_SAFE_INTEGER);
+/** A position (exclusive); blank is none. A repeated parameter is refused by queryInt. */
+function position(name: string, raw: string | string[] | undefined): number | undefined {
+  if (raw === undefined || (typeof raw === 'string' && raw.trim() === '')) return undefined;
+  return queryInt(name, typeof raw === 'string' ? raw.trim() : raw, 0, 0, Number.MAX_SAFE_INTEGER);
 }
 
 @ApiTags('notifications')
@@ -57,10 +60,10 @@ export class NotificationsController {
   })
   list(
     @Req() request: FastifyRequest,
-    @Query('after') after?: string,
-    @Query('user') user?: string,
-    @Query('limit') limit?: string,
-    @Query('minPosition') minPosition?: string,
+    @Query('after') after?: string | string[],
+    @Query('user') user?: string | string[],
+    @Query('limit') limit?: string | string[],
+    @Query('minPosition') minPosition?: string | string[],
   ) {
     const caller = notificationCaller(request);
     return this.notifications.list(caller, {
@@ -83,8 +86,8 @@ export class NotificationsController {
   async stream(
     @Req() request: FastifyRequest,
     @Headers('last-event-id') lastEventId: string | undefined,
-    @Query('after') after: string | undefined,
-    @Query('user') user: string | undefined,
+    @Query('after') after: string | string[] | undefined,
+    @Query('user') user: string | string[] | undefined,
     @Res() reply: FastifyReply,
   ): Promise<void> {
     const caller = notificationCaller(request);
