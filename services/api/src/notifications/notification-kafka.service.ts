@@ -11,6 +11,7 @@ import {
   type OnModuleDestroy,
 } from '@nestjs/common';
 import { KafkaEventSink } from '@runledger/mirror';
+import { Metrics } from '@runledger/observability';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { SurfaceService } from '../surface/surface.service';
 import { NotificationPublisher } from './notification-publisher';
@@ -25,6 +26,7 @@ export class NotificationKafka implements OnApplicationBootstrap, OnModuleDestro
   constructor(
     private readonly surface: SurfaceService,
     @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly metrics: Metrics,
   ) {}
 
   onApplicationBootstrap(): void {
@@ -41,7 +43,8 @@ export class NotificationKafka implements OnApplicationBootstrap, OnModuleDestro
       this.sink,
       {
         published: () => undefined,
-        failed: (error, attempt, position, retryInMs) =>
+        failed: (error, attempt, position, retryInMs) => {
+          this.metrics.notificationPublishFailures.inc();
           this.logger.warn({
             msg: 'publishing notifications to Kafka failed; retrying',
             topic: notificationsTopic,
@@ -49,7 +52,8 @@ export class NotificationKafka implements OnApplicationBootstrap, OnModuleDestro
             attempt,
             retryInMs,
             error: String(error),
-          }),
+          });
+        },
       },
       { retryMaxMs },
     );

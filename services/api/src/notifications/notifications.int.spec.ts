@@ -109,6 +109,10 @@ describe('GET /v1/notifications', () => {
     ]);
     expect(res.body.position).toBeGreaterThanOrEqual(finished);
 
+    const metrics = await t.http().get('/metrics');
+    expect(metrics.text).toMatch(/runledger_notifications_total\{kind="blocked"\} [1-9]/);
+    expect(metrics.text).toMatch(/runledger_notifications_total\{kind="finished"\} [1-9]/);
+
     const other = await list(`?after=0&minPosition=${finished}`, t.auth(KEYS.tenantB));
     expect(other.status).toBe(200);
     expect(JSON.stringify(other.body.notifications)).not.toContain(threadId);

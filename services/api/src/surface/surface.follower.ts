@@ -12,13 +12,15 @@ import {
   emptyNotificationThread,
   foldNotification,
   threadOf,
+  type Notification,
   type NotificationThread,
 } from '@runledger/domain';
 import type { EventStoreReader, RecordedEvent, Subscription } from '@runledger/event-store';
 import type { BindingRow, SurfaceBatch, SurfaceStore } from './surface.store';
 
 export interface SurfaceObserver {
-  committed(position: number): void;
+  /** After each committed batch: the new position and the notification items it recorded. */
+  committed(position: number, notifications: readonly Notification[]): void;
   failed(error: unknown, position: number): void;
 }
 
@@ -152,7 +154,10 @@ export class SurfaceFollower {
     }
     for (const [key, state] of touched) this.remember(key, state);
     this.position = position;
-    this.observer.committed(this.position);
+    this.observer.committed(
+      this.position,
+      notifications.map((n) => n.item),
+    );
   }
 
   private load(key: string, tenantId: string, threadId: string): NotificationThread {

@@ -12,7 +12,9 @@ import {
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
 } from '@nestjs/common';
+import type { Notification } from '@runledger/domain';
 import { EVENT_STORE, type EventStore } from '@runledger/event-store';
+import { Metrics } from '@runledger/observability';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
 import { SurfaceFollower, type SurfaceObserver } from './surface.follower';
@@ -33,6 +35,7 @@ export class SurfaceService
   constructor(
     @Inject(EVENT_STORE) private readonly log: EventStore,
     @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly metrics: Metrics,
   ) {
     mkdirSync(config.dataDir, { recursive: true });
     this.store = new SurfaceStore(join(config.dataDir, SURFACE_FILE));
@@ -48,7 +51,9 @@ export class SurfaceService
     this.store.close();
   }
 
-  committed(position: number): void {
+  committed(position: number, notifications: readonly Notification[]): void {
+    this.metrics.clientSurfacePosition.set(position);
+    for (const item of notifications) this.metrics.notifications.inc({ kind: item.kind });
     for (const waiter of this.waiters) {
       if (position >= waiter.min) {
         this.waiters.delete(waiter);
