@@ -1,6 +1,6 @@
 /** The prompt's body, strict like every command body. */
 import { Allow, IsIn, IsNotEmpty, IsString, Matches, MaxLength, ValidateIf } from 'class-validator';
-import { RUN_SOURCES, type RunSource } from '@runledger/domain';
+import { MAX_ID_LENGTH, RUN_SOURCES, type RunSource } from '@runledger/domain';
 
 /** Longest prompt text, in characters: a chat message, not a document upload. */
 export const PROMPT_TEXT_MAX = 32_000;
@@ -22,6 +22,16 @@ export class PromptBody {
   @IsNotEmpty()
   @MaxLength(128)
   agent?: string;
+
+  /**
+   * The turn's id; default: a fresh one. A client that names it can tell, after a lost
+   * answer, whether its retry was refused because its own turn is the active one.
+   */
+  @ValidateIf((_body, value) => value !== undefined)
+  @IsString()
+  @Matches(/\S/, { message: 'turnId must not be blank' })
+  @MaxLength(MAX_ID_LENGTH)
+  turnId?: string;
 
   /** The channel conversation this prompt came through: `{ channel, account, chat, topic? }`. */
   @Allow()

@@ -18,7 +18,7 @@ export class PromptController {
   // Starts work: costly, like steer and stop.
   @RateLimited('costly')
   @ApiOperation({
-    summary: "Start a turn with the user's words: `{ text, source?, agent?, binding? }`",
+    summary: "Start a turn with the user's words: `{ text, source?, agent?, turnId?, binding? }`",
     description:
       "Records `message.added` (role user) and `turn.started` on the thread's open run, or on a run it starts " +
       '(`run.started` first) when none is open. 201 `{ threadId, runId, turnId, messageId, runStarted, position }`. ' +

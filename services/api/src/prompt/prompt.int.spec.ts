@@ -100,6 +100,21 @@ describe('POST /v1/threads/:threadId/prompt', () => {
     expect(JSON.stringify(view.body.messages)).not.toContain('second');
   });
 
+  it('a retry naming its own turnId is told its turn is the active one, and records nothing more', async () => {
+    const threadId = (await t.http().put('/v1/bindings').set(t.auth()).send(telegram())).body
+      .threadId;
+    const turnId = `turn-${randomUUID()}`;
+    const first = await prompt(threadId, { text: 'once', turnId });
+    expect(first.body.turnId).toBe(turnId);
+    const retry = await prompt(threadId, { text: 'once', turnId });
+    expect(retry.status).toBe(409);
+    expect(retry.body).toMatchObject({ error: 'turn_active', activeTurnId: turnId });
+    expect(retry.body.message).toContain('a retry');
+    expect((await events(first.body.runId)).filter((e) => e.type === 'message.added')).toHaveLength(
+      1,
+    );
+  });
+
   it('continues the open run once the turn finished, and starts a new run once the run finished', async () => {
     const threadId = (await t.http().put('/v1/bindings').set(t.auth()).send(telegram())).body
       .threadId;
@@ -150,6 +165,7 @@ describe('POST /v1/threads/:threadId/prompt', () => {
       [{ text: '   ' }, 'text'],
       [{ text: 'x', source: 'fax' }, 'source'],
       [{ text: 'x', agent: '' }, 'agent'],
+      [{ text: 'x', turnId: ' ' }, 'turnId'],
       [{ text: 'x', extra: 1 }, 'extra'],
       [{ text: 'x', binding: { channel: 'telegram' } }, 'binding.account'],
     ];

@@ -72,10 +72,13 @@ export class PromptService {
       const thread = await this.threads.require(caller.tenantId, threadId);
       const decision = decidePrompt(thread);
       if (decision.kind === 'refused') {
+        const own = decision.activeTurnId === body.turnId;
         throw new ApiError(
           409,
           'turn_active',
-          `thread ${threadId} has turn ${decision.activeTurnId} in progress (run ${decision.runId}); nothing was recorded, try again when it finishes`,
+          own
+            ? `this prompt's turn ${decision.activeTurnId} is already in progress (run ${decision.runId}): a retry; nothing more was recorded`
+            : `thread ${threadId} has turn ${decision.activeTurnId} in progress (run ${decision.runId}); nothing was recorded, try again when it finishes`,
           undefined,
           { activeTurnId: decision.activeTurnId, runId: decision.runId, status: decision.status },
         );
@@ -84,7 +87,7 @@ export class PromptService {
         decision.kind === 'continue'
           ? decision.runId
           : promptRunId(caller.tenantId, threadId, decision.previousRunId);
-      const ids = { messageId: uuidv7(), turnId: uuidv7() };
+      const ids = { messageId: uuidv7(), turnId: body.turnId ?? uuidv7() };
       const events = promptEvents(
         { text: body.text, threadId, source, metadata, ...ids },
         decision.kind === 'start' ? { ...decision, agent: body.agent ?? decision.agent } : decision,
