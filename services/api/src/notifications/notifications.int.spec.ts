@@ -218,6 +218,16 @@ describe('GET /v1/notifications/stream', () => {
     resumed.close();
   });
 
+  it('ends open streams when the app shuts down, so the shutdown does not wait for clients', async () => {
+    const other = await startTestApp();
+    await other.app.listen(0, '127.0.0.1');
+    const reader = await SseReader.open(other.app, '/v1/notifications/stream', other.auth());
+    if (!isReader(reader)) throw new Error('stream refused');
+    await other.close();
+    await reader.until((r) => r.ended);
+    expect(reader.ended).toBe(true);
+  });
+
   it("starts after the caller's seen cursor when given no position", async () => {
     const headers = { 'X-Runledger-User': `streamer-${randomUUID()}` };
     const old = await blockThenFinish(`t-${randomUUID()}`);

@@ -5,7 +5,8 @@
  * so it is durable, shared by every replica, and survives a rebuild of the read models.
  */
 import { createHash } from 'node:crypto';
-import { Inject, Injectable } from '@nestjs/common';
+import type { ServerResponse } from 'node:http';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { IsInt, Max, Min } from 'class-validator';
 import { v7 as uuidv7 } from 'uuid';
 import { canonicalJson, type Notification } from '@runledger/domain';
@@ -66,7 +67,10 @@ export function notificationFrame(item: Notification): Buffer {
 }
 
 @Injectable()
-export class NotificationsService {
+export class NotificationsService implements OnModuleDestroy {
+  /** Open live streams: ended at shutdown, since the HTTP server waits for open connections. */
+  private readonly streams = new Set<ServerResponse>();
+
   constructor(
     private readonly surface: SurfaceService,
     @Inject(EVENT_STORE) private readonly log: EventStore,
@@ -153,6 +157,7 @@ export class NotificationsService {
     if (res.destroyed || !res.socket || res.socket.destroyed) return;
     res.writeHead(200, SSE_HEADERS);
     res.write(startFrame(cursor));
+    this.streams.add(res);
     let closed = false;
     let changed = false;
     let wake: (() => void) | null = null;
@@ -192,10 +197,19 @@ export class NotificationsService {
         await new Promise<void>((resolve) => (wake = resolve));
       }
     } finally {
+      this.streams.delete(res);
       stopListening();
       clearInterval(heartbeat);
       res.off('drain', signal);
       res.off('close', onClose);
+    }
+  }
+
+  onModuleDestroy(): void {
+    for (const res of this.streams) {
+      // The socket ends once the last bytes left, so a keep-alive socket does not hold up the close.
+      res.once('finish', () => res.socket?.end());
+      res.end();
     }
   }
 
