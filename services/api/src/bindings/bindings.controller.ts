@@ -2,20 +2,12 @@ import { Body, Controller, Get, Put, Query, Req, Res } from '@nestjs/common';
 import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { RequireScope } from '../auth/access.decorators';
-import { actingUser, USER_HEADER } from '../auth/acting-user';
 import { ApiError } from '../http/api-error';
+import { clientCaller } from '../http/caller';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
 import { CHANNEL_FIELD_MAX, CHANNEL_PATTERN } from './binding-bodies';
-import { BindingsService, type BindingCaller } from './bindings.service';
-
-export function bindingCaller(request: FastifyRequest): BindingCaller {
-  const principal = request.principal!;
-  return {
-    tenantId: principal.tenantId,
-    user: actingUser(principal, request.headers[USER_HEADER]),
-  };
-}
+import { BindingsService } from './bindings.service';
 
 function filter(
   name: string,
@@ -60,7 +52,7 @@ export class BindingsController {
     @Body() body: unknown,
     @Res({ passthrough: true }) reply: FastifyReply,
   ) {
-    const answer = await this.bindings.bind(bindingCaller(request), body);
+    const answer = await this.bindings.bind(clientCaller(request), body);
     void reply.status(answer.created ? 201 : 200);
     return answer;
   }
@@ -81,7 +73,7 @@ export class BindingsController {
     @Query('limit') limit?: string | string[],
     @Query('minPosition') minPosition?: string | string[],
   ) {
-    return this.bindings.list(request.principal!.tenantId, {
+    return this.bindings.list(clientCaller(request).tenantId, {
       channel: filter('channel', channel, CHANNEL_PATTERN),
       account: filter('account', account, null),
       after: queryInt('after', after, 0, 0, Number.MAX_SAFE_INTEGER),

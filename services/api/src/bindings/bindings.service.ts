@@ -15,16 +15,12 @@ import {
 } from '@runledger/domain';
 import { EVENT_STORE, WrongExpectedRevisionError, type EventStore } from '@runledger/event-store';
 import { ApiError } from '../http/api-error';
+import type { ClientCaller } from '../http/caller';
 import { validateBody } from '../http/validate-body';
 import { SurfaceService } from '../surface/surface.service';
 import { ThreadDirectory } from '../surface/thread-directory.service';
 import type { BindingView } from '../surface/surface.store';
 import { BindingBody } from './binding-bodies';
-
-export interface BindingCaller {
-  tenantId: string;
-  user: string;
-}
 
 export interface BindingAnswer extends BindingView {
   /** True when this call recorded the binding (201); false when it found it (200). */
@@ -54,7 +50,7 @@ export class BindingsService {
     private readonly threads: ThreadDirectory,
   ) {}
 
-  async bind(caller: BindingCaller, raw: unknown): Promise<BindingAnswer> {
+  async bind(caller: ClientCaller, raw: unknown): Promise<BindingAnswer> {
     const body = validateBody(BindingBody, raw);
     const key = channelKeyOf(body);
     const existing = await this.find(caller.tenantId, key);

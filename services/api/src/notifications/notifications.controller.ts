@@ -2,11 +2,12 @@ import { Body, Controller, Get, Headers, HttpCode, Post, Query, Req, Res } from 
 import { ApiBearerAuth, ApiOperation, ApiProduces, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { RequireScope } from '../auth/access.decorators';
-import { actingUser, USER_HEADER, USER_HEADER_MAX } from '../auth/acting-user';
+import { USER_HEADER_MAX } from '../auth/acting-user';
 import { ApiError } from '../http/api-error';
+import { clientCaller, type ClientCaller } from '../http/caller';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
-import { NotificationsService, type NotificationCaller } from './notifications.service';
+import { NotificationsService } from './notifications.service';
 
 const ITEM_DOC =
   'Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", ' +
@@ -14,19 +15,8 @@ const ITEM_DOC =
   'one per thread transition into blocked or finished. `?user=` keeps the threads of one user ' +
   '(`u:<name>` as sent in X-Runledger-User, `k:<key id>`, or `me`).';
 
-export function notificationCaller(request: FastifyRequest): NotificationCaller {
-  const principal = request.principal!;
-  return {
-    tenantId: principal.tenantId,
-    user: actingUser(principal, request.headers[USER_HEADER]),
-  };
-}
-
 /** `me` is the caller; anything else names a user as the API records them. */
-function userFilter(
-  caller: NotificationCaller,
-  raw: string | string[] | undefined,
-): string | undefined {
+function userFilter(caller: ClientCaller, raw: string | string[] | undefined): string | undefined {
   if (raw === undefined) return undefined;
   if (raw === 'me') return caller.user;
   if (typeof raw !== 'string' || raw === '' || raw.length > USER_HEADER_MAX + 2) {
@@ -65,7 +55,7 @@ export class NotificationsController {
     @Query('limit') limit?: string | string[],
     @Query('minPosition') minPosition?: string | string[],
   ) {
-    const caller = notificationCaller(request);
+    const caller = clientCaller(request);
     return this.notifications.list(caller, {
       after: position('after', after),
       user: userFilter(caller, user),
@@ -90,7 +80,7 @@ export class NotificationsController {
     @Query('user') user: string | string[] | undefined,
     @Res() reply: FastifyReply,
   ): Promise<void> {
-    const caller = notificationCaller(request);
+    const caller = clientCaller(request);
     await this.notifications.stream(reply, caller, {
       after: position('Last-Event-ID', lastEventId) ?? position('after', after),
       user: userFilter(caller, user),
@@ -106,6 +96,6 @@ export class NotificationsController {
       'The cursor belongs to the caller (tenant and X-Runledger-User, else the API key). Answers `{ seen }`.',
   })
   seen(@Req() request: FastifyRequest, @Body() body: unknown) {
-    return this.notifications.markSeen(notificationCaller(request), body);
+    return this.notifications.markSeen(clientCaller(request), body);
   }
 }

@@ -7,7 +7,6 @@
 import { createHash } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
-import { IsInt, Max, Min } from 'class-validator';
 import { v7 as uuidv7 } from 'uuid';
 import { canonicalJson, type Notification } from '@runledger/domain';
 import {
@@ -19,10 +18,12 @@ import {
 import type { FastifyReply } from 'fastify';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
+import type { ClientCaller } from '../http/caller';
 import { validateBody } from '../http/validate-body';
 import { SSE_HEADERS } from '../streams/sse-fanout.service';
 import { HEARTBEAT_FRAME, startFrame } from '../streams/sse-frame';
 import { SurfaceService } from '../surface/surface.service';
+import { SeenBody } from './seen-body';
 
 export const SEEN_STREAM_PREFIX = 'notifications-seen-';
 export const NOTIFICATIONS_SEEN = 'notifications.seen';
@@ -30,19 +31,6 @@ export const NOTIFICATIONS_SEEN = 'notifications.seen';
 const STREAM_PAGE = 100;
 /** Concurrent "seen" calls of one user re-read the cursor this often before giving up. */
 const MAX_ATTEMPTS = 5;
-
-export class SeenBody {
-  @IsInt()
-  @Min(0)
-  @Max(Number.MAX_SAFE_INTEGER)
-  position!: number;
-}
-
-/** Who is asking: the tenant, and the acting user as the rest of the API derives it. */
-export interface NotificationCaller {
-  tenantId: string;
-  user: string;
-}
 
 export interface NotificationPage {
   notifications: Notification[];
@@ -54,7 +42,7 @@ export interface NotificationPage {
   position: number;
 }
 
-export function seenStream(caller: NotificationCaller): string {
+export function seenStream(caller: ClientCaller): string {
   const identity = canonicalJson([caller.tenantId, caller.user]);
   return `${SEEN_STREAM_PREFIX}${createHash('sha256').update(identity).digest('hex')}`;
 }
@@ -79,7 +67,7 @@ export class NotificationsService implements OnModuleDestroy {
 
   /** Items after `after`, or after the caller's seen cursor when `after` is not given. */
   async list(
-    caller: NotificationCaller,
+    caller: ClientCaller,
     query: { after?: number; user?: string; limit: number; minPosition?: number },
   ): Promise<NotificationPage> {
     await this.surface.waitFor(query.minPosition);
@@ -99,7 +87,7 @@ export class NotificationsService implements OnModuleDestroy {
   }
 
   /** The caller's seen cursor: the highest position it marked seen, 0 when none. */
-  async seen(caller: NotificationCaller): Promise<number> {
+  async seen(caller: ClientCaller): Promise<number> {
     return seenOf(await this.lastSeen(caller));
   }
 
@@ -107,7 +95,7 @@ export class NotificationsService implements OnModuleDestroy {
    * Moves the caller's cursor forward to `position` (a cursor never moves back: an older
    * position answers the cursor as it is). A position past the log's head is refused.
    */
-  async markSeen(caller: NotificationCaller, raw: unknown): Promise<{ seen: number }> {
+  async markSeen(caller: ClientCaller, raw: unknown): Promise<{ seen: number }> {
     const { position } = validateBody(SeenBody, raw);
     const head = await this.log.headPosition();
     if (position > head) {
@@ -148,7 +136,7 @@ export class NotificationsService implements OnModuleDestroy {
    */
   async stream(
     reply: FastifyReply,
-    caller: NotificationCaller,
+    caller: ClientCaller,
     query: { after?: number; user?: string },
   ): Promise<void> {
     let cursor = query.after ?? (await this.seen(caller));
@@ -213,7 +201,7 @@ export class NotificationsService implements OnModuleDestroy {
     }
   }
 
-  private async lastSeen(caller: NotificationCaller): Promise<RecordedEvent | undefined> {
+  private async lastSeen(caller: ClientCaller): Promise<RecordedEvent | undefined> {
     const [last] = await this.log.readStream(seenStream(caller), {
       direction: 'backwards',
       maxCount: 1,

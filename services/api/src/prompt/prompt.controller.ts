@@ -2,7 +2,7 @@ import { Body, Controller, HttpCode, Param, Post, Req } from '@nestjs/common';
 import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { FastifyRequest } from 'fastify';
 import { RequireScope } from '../auth/access.decorators';
-import { actingUser, USER_HEADER } from '../auth/acting-user';
+import { clientCaller } from '../http/caller';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { PromptService } from './prompt.service';
 
@@ -31,11 +31,6 @@ export class PromptController {
     @Param('threadId') threadId: string,
     @Body() body: unknown,
   ) {
-    const principal = request.principal!;
-    return this.prompts.prompt(
-      { tenantId: principal.tenantId, user: actingUser(principal, request.headers[USER_HEADER]) },
-      threadId,
-      body,
-    );
+    return this.prompts.prompt(clientCaller(request), threadId, body);
   }
 }

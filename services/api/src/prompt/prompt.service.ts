@@ -18,6 +18,7 @@ import {
 import { BindingsService, channelKeyOf } from '../bindings/bindings.service';
 import { ChannelKeyBody } from '../bindings/binding-bodies';
 import { ApiError } from '../http/api-error';
+import type { ClientCaller } from '../http/caller';
 import { validateBody } from '../http/validate-body';
 import { RunLogService } from '../runs/run-log.service';
 import { ThreadDirectory } from '../surface/thread-directory.service';
@@ -34,11 +35,6 @@ const RACES = new Set([
   'run_already_started',
   'wrong_expected_revision',
 ]);
-
-export interface PromptCaller {
-  tenantId: string;
-  user: string;
-}
 
 export interface PromptAnswer {
   threadId: string;
@@ -58,7 +54,7 @@ export class PromptService {
     private readonly bindings: BindingsService,
   ) {}
 
-  async prompt(caller: PromptCaller, threadId: string, raw: unknown): Promise<PromptAnswer> {
+  async prompt(caller: ClientCaller, threadId: string, raw: unknown): Promise<PromptAnswer> {
     const body = validateBody(PromptBody, raw);
     const channel =
       body.binding === undefined ? undefined : await this.channel(caller, threadId, body.binding);
@@ -117,7 +113,7 @@ export class PromptService {
 
   /** The binding the prompt came through; it must exist and bind this thread. */
   private async channel(
-    caller: PromptCaller,
+    caller: ClientCaller,
     threadId: string,
     raw: unknown,
   ): Promise<ChannelStamp> {
