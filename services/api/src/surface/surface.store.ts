@@ -22,6 +22,7 @@ const SCHEMA = `
     item      TEXT    NOT NULL,
     PRIMARY KEY (tenant_id, position)
   );
+  CREATE INDEX IF NOT EXISTS notifications_by_position ON notifications (position);
   CREATE TABLE IF NOT EXISTS thread_users (
     tenant_id TEXT NOT NULL,
     user      TEXT NOT NULL,
@@ -87,6 +88,16 @@ export class SurfaceStore {
   private readonly db: Db;
   private readonly checkpoints: Checkpoints;
   private readonly selectThread: Statement<[string, string], { state: string }>;
+  private readonly selectNotifications: Statement<[string, number, number], { item: string }>;
+  private readonly selectUserNotifications: Statement<
+    [string, number, string, number],
+    { item: string }
+  >;
+  private readonly selectAllNotifications: Statement<
+    [number, number],
+    { tenant_id: string; item: string }
+  >;
+  private readonly selectBound: Statement<[string, string], { found: number }>;
   private readonly commitTx: (batch: SurfaceBatch) => void;
 
   constructor(file: string) {
@@ -97,6 +108,23 @@ export class SurfaceStore {
     this.checkpoints = new Checkpoints(this.db);
     this.selectThread = this.db.prepare(
       'SELECT state FROM notification_threads WHERE tenant_id = ? AND thread_id = ?',
+    );
+    this.selectNotifications = this.db.prepare(
+      `SELECT item FROM notifications WHERE tenant_id = ? AND position > ?
+       ORDER BY position LIMIT ?`,
+    );
+    this.selectUserNotifications = this.db.prepare(
+      `SELECT n.item FROM notifications n
+       WHERE n.tenant_id = ? AND n.position > ? AND EXISTS (
+         SELECT 1 FROM thread_users u
+         WHERE u.tenant_id = n.tenant_id AND u.user = ? AND u.thread_id = n.thread_id)
+       ORDER BY n.position LIMIT ?`,
+    );
+    this.selectAllNotifications = this.db.prepare(
+      'SELECT tenant_id, item FROM notifications WHERE position > ? ORDER BY position LIMIT ?',
+    );
+    this.selectBound = this.db.prepare(
+      'SELECT 1 AS found FROM bindings WHERE tenant_id = ? AND thread_id = ? LIMIT 1',
     );
     const upsertThread = this.db.prepare(
       `INSERT INTO notification_threads (tenant_id, thread_id, state) VALUES (?, ?, ?)
@@ -153,11 +181,7 @@ export class SurfaceStore {
 
   /** Every tenant's notifications after `after`, oldest first: what the Kafka publisher sends next. */
   notificationsAfter(after: number, limit: number): { tenantId: string; item: Notification }[] {
-    const rows = this.db
-      .prepare(
-        'SELECT tenant_id, item FROM notifications WHERE position > ? ORDER BY position LIMIT ?',
-      )
-      .all(after, limit) as { tenant_id: string; item: string }[];
+    const rows = this.selectAllNotifications.all(after, limit);
     return rows.map((row) => ({
       tenantId: row.tenant_id,
       item: JSON.parse(row.item) as Notification,
@@ -182,24 +206,10 @@ export class SurfaceStore {
     tenantId: string,
     query: { after: number; user?: string; limit: number },
   ): Notification[] {
-    const rows = (
+    const rows =
       query.user === undefined
-        ? this.db
-            .prepare(
-              `SELECT item FROM notifications WHERE tenant_id = ? AND position > ?
-               ORDER BY position LIMIT ?`,
-            )
-            .all(tenantId, query.after, query.limit)
-        : this.db
-            .prepare(
-              `SELECT n.item FROM notifications n
-               WHERE n.tenant_id = ? AND n.position > ? AND EXISTS (
-                 SELECT 1 FROM thread_users u
-                 WHERE u.tenant_id = n.tenant_id AND u.user = ? AND u.thread_id = n.thread_id)
-               ORDER BY n.position LIMIT ?`,
-            )
-            .all(tenantId, query.after, query.user, query.limit)
-    ) as { item: string }[];
+        ? this.selectNotifications.all(tenantId, query.after, query.limit)
+        : this.selectUserNotifications.all(tenantId, query.after, query.user, query.limit);
     return rows.map((row) => JSON.parse(row.item) as Notification);
   }
 
@@ -230,11 +240,7 @@ export class SurfaceStore {
 
   /** Whether any binding of the tenant names the thread. */
   isBound(tenantId: string, threadId: string): boolean {
-    return (
-      this.db
-        .prepare('SELECT 1 AS found FROM bindings WHERE tenant_id = ? AND thread_id = ? LIMIT 1')
-        .get(tenantId, threadId) !== undefined
-    );
+    return this.selectBound.get(tenantId, threadId) !== undefined;
   }
 
   close(): void {
