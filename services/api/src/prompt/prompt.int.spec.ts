@@ -153,6 +153,24 @@ describe('POST /v1/threads/:threadId/prompt', () => {
     expect(recorded.filter((e) => e.type === 'message.added')).toHaveLength(1);
   });
 
+  it('of racing prompts on an open run with no turn exactly one starts a turn in it', async () => {
+    const threadId = (await t.http().put('/v1/bindings').set(t.auth()).send(telegram())).body
+      .threadId;
+    const first = await prompt(threadId, { text: 'opening' });
+    await append(first.body.runId, [
+      { type: 'turn.finished', data: { turnId: first.body.turnId, status: 'completed' } },
+    ]);
+    const answers = await Promise.all(
+      Array.from({ length: 6 }, (_, i) => prompt(threadId, { text: `q${i}` })),
+    );
+    const won = answers.filter((a) => a.status === 201);
+    expect(won).toHaveLength(1);
+    expect(won[0].body).toMatchObject({ runId: first.body.runId, runStarted: false });
+    expect(answers.filter((a) => a.status === 409)).toHaveLength(5);
+    const turns = (await events(first.body.runId)).filter((e) => e.type === 'turn.started');
+    expect(turns).toHaveLength(2);
+  });
+
   it('answers 404 for a thread the tenant does not have, and refuses bad bodies, writing nothing', async () => {
     expect((await prompt(`t-${randomUUID()}`, { text: 'hi' })).status).toBe(404);
     const key = telegram();
