@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 import { isReader, SseReader } from '../testing/sse-reader';
+import { SurfaceService } from '../surface/surface.service';
 
 let t: TestApp;
 beforeAll(async () => {
@@ -243,5 +244,40 @@ describe('GET /v1/notifications/stream', () => {
     expect(items(reader).every((i) => (i.position as number) > old.finished)).toBe(true);
     expect(reader.messages[0].id).toBe(String(old.finished));
     reader.close();
+  });
+});
+
+describe('a stopped notification view', () => {
+  it('turns /health/ready to 503 naming it, and a query waiting on it answers 503 at once', async () => {
+    const other = await startTestApp();
+    try {
+      const ready = await other.http().get('/health/ready');
+      expect(ready.body.checks).toMatchObject({ clientSurface: 'ok' });
+      // The view's file becomes unwritable: the next batch cannot commit.
+      other.app.get(SurfaceService).store.close();
+      const res = await other
+        .http()
+        .post(`/v1/runs/run-${randomUUID()}/events`)
+        .set(other.auth())
+        .send({
+          events: [{ type: 'run.started', data: { threadId: 't', agent: 'a', source: 'api' } }],
+        });
+      expect(res.status).toBe(201);
+      let health = await other.http().get('/health/ready');
+      for (let i = 0; i < 100 && health.status === 200; i += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        health = await other.http().get('/health/ready');
+      }
+      expect(health.status).toBe(503);
+      expect(health.body.checks.clientSurface).toMatch(/client surface stopped/);
+      const page = await other
+        .http()
+        .get(`/v1/notifications?minPosition=${res.body.position}`)
+        .set(other.auth());
+      expect(page.status).toBe(503);
+      expect(page.body.error).toBe('projection_stopped');
+    } finally {
+      await other.close().catch(() => undefined);
+    }
   });
 });

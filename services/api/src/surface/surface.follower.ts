@@ -102,6 +102,29 @@ export class SurfaceFollower {
     if (this.batch.length === 0 || this.failure !== null) return;
     const events = this.batch;
     this.batch = [];
+    let batch: SurfaceBatch;
+    try {
+      batch = this.fold(events);
+      this.store.commit(batch);
+    } catch (error) {
+      // Nothing of the batch is committed; the cached states may have run ahead of the store.
+      this.cache.clear();
+      this.failure = error;
+      this.observer.failed(error, this.position);
+      void this.subscription?.close();
+      return;
+    }
+    for (const state of batch.threads)
+      this.remember(`${state.tenantId}\u0000${state.threadId}`, state);
+    this.position = batch.position;
+    this.observer.committed(
+      this.position,
+      batch.notifications.map((n) => n.item),
+    );
+  }
+
+  /** The batch's changes: fold states, notification items, thread users, bindings. */
+  private fold(events: readonly RecordedEvent[]): SurfaceBatch {
     const touched = new Map<string, NotificationThread>();
     const notifications: SurfaceBatch['notifications'][number][] = [];
     const users: SurfaceBatch['users'][number][] = [];
@@ -135,29 +158,13 @@ export class SurfaceFollower {
         users.push({ tenantId: owner.tenantId, user, threadId: owner.threadId });
       }
     }
-    const position = events[events.length - 1].position;
-    try {
-      this.store.commit({
-        threads: [...touched.values()],
-        notifications,
-        users,
-        bindings,
-        position,
-      });
-    } catch (error) {
-      // Nothing of the batch is committed; the cached states ran ahead of the store.
-      this.cache.clear();
-      this.failure = error;
-      this.observer.failed(error, this.position);
-      void this.subscription?.close();
-      return;
-    }
-    for (const [key, state] of touched) this.remember(key, state);
-    this.position = position;
-    this.observer.committed(
-      this.position,
-      notifications.map((n) => n.item),
-    );
+    return {
+      threads: [...touched.values()],
+      notifications,
+      users,
+      bindings,
+      position: events[events.length - 1].position,
+    };
   }
 
   private load(key: string, tenantId: string, threadId: string): NotificationThread {

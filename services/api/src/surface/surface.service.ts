@@ -9,6 +9,7 @@ import {
   Inject,
   Injectable,
   Logger,
+  Optional,
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
 } from '@nestjs/common';
@@ -21,6 +22,11 @@ import { SurfaceFollower, type SurfaceObserver } from './surface.follower';
 import { SurfaceStore } from './surface.store';
 
 export const SURFACE_FILE = 'client-surface.db';
+/**
+ * The file's name inside DATA_DIR, when not SURFACE_FILE: the standalone mirror keeps its own
+ * copy, so it never shares a writer with an api on the same DATA_DIR.
+ */
+export const SURFACE_FILE_NAME = Symbol('SURFACE_FILE_NAME');
 
 @Injectable()
 export class SurfaceService
@@ -36,9 +42,10 @@ export class SurfaceService
     @Inject(EVENT_STORE) private readonly log: EventStore,
     @Inject(APP_CONFIG) private readonly config: AppConfig,
     private readonly metrics: Metrics,
+    @Optional() @Inject(SURFACE_FILE_NAME) fileName?: string,
   ) {
     mkdirSync(config.dataDir, { recursive: true });
-    this.store = new SurfaceStore(join(config.dataDir, SURFACE_FILE));
+    this.store = new SurfaceStore(join(config.dataDir, fileName ?? SURFACE_FILE));
     this.follower = new SurfaceFollower(log, this.store, this);
   }
 
