@@ -70,7 +70,7 @@ export class NotificationsController {
   @ApiOperation({
     summary: 'What needs me, live (Server-Sent Events)',
     description:
-      `${ITEM_DOC} Starts after \`Last-Event-ID\`, else \`?after=\`, else the caller's seen cursor; each ` +
+      `${ITEM_DOC} Starts after \`Last-Event-ID\`, else \`?after=\`, else the caller's seen cursor, else from now; each ` +
       'message is `id: <position>`, `event: notification`, `data: <item>`.',
   })
   async stream(

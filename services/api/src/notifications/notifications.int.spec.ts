@@ -229,6 +229,20 @@ describe('GET /v1/notifications/stream', () => {
     expect(reader.ended).toBe(true);
   });
 
+  it('starts from now for a caller who never marked anything seen', async () => {
+    const old = await blockThenFinish(`t-${randomUUID()}`);
+    const reader = await stream('/v1/notifications/stream', {
+      'X-Runledger-User': `new-${randomUUID()}`,
+    });
+    await reader.until((r) => r.messages.length > 0);
+    expect(Number(reader.messages[0].id)).toBeGreaterThanOrEqual(old.finished);
+    const threadId = `t-${randomUUID()}`;
+    const { finished } = await blockThenFinish(threadId);
+    await reader.until((r) => items(r).some((i) => i.position === finished));
+    expect(items(reader).every((i) => (i.position as number) > old.finished)).toBe(true);
+    reader.close();
+  });
+
   it("starts after the caller's seen cursor when given no position", async () => {
     const headers = { 'X-Runledger-User': `streamer-${randomUUID()}` };
     const old = await blockThenFinish(`t-${randomUUID()}`);

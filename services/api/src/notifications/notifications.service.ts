@@ -130,7 +130,7 @@ export class NotificationsService implements OnModuleDestroy {
   }
 
   /**
-   * Streams the items after `after` (undefined: after the caller's seen cursor), then live.
+   * Streams the items after `after` (undefined: see streamStart), then live.
    * Each frame's `id:` is the item's position, so `Last-Event-ID` resumes with no gap and no
    * repeat. The catch-up is paced by the client's socket.
    */
@@ -139,7 +139,7 @@ export class NotificationsService implements OnModuleDestroy {
     caller: ClientCaller,
     query: { after?: number; user?: string },
   ): Promise<void> {
-    let cursor = query.after ?? (await this.seen(caller));
+    let cursor = query.after ?? (await this.streamStart(caller));
     reply.hijack();
     const res = reply.raw;
     if (res.destroyed || !res.socket || res.socket.destroyed) return;
@@ -191,6 +191,16 @@ export class NotificationsService implements OnModuleDestroy {
       res.off('drain', signal);
       res.off('close', onClose);
     }
+  }
+
+  /**
+   * Where a stream with no position starts: after the caller's seen cursor, or, for a caller
+   * who never marked anything seen, from now (like the run and thread streams): a first
+   * connection is not handed the tenant's whole history.
+   */
+  private async streamStart(caller: ClientCaller): Promise<number> {
+    const last = await this.lastSeen(caller);
+    return last === undefined ? this.log.headPosition() : seenOf(last);
   }
 
   onModuleDestroy(): void {
