@@ -10,3 +10,7 @@ export * from './policy';
 export * from './receipts';
 export * from './run-decider';
 export * from './stream-names';
+export * from './tool-labels';
+export * from './notifications';
+export * from './bindings';
+export * from './prompt';
