@@ -779,9 +779,15 @@ describe('the fold contract', () => {
       pendingApprovalCount: 1,
       position: state.position,
     });
-    expect(Object.keys(threadView(state)).sort()).toEqual([
+    const page = { limit: 50, before: null, hasMore: false };
+    const view = threadView(state, state.messages.length, state.messages, page);
+    expect(view.messages).toBe(state.messages);
+    expect(view.page).toBe(page);
+    expect(Object.keys(view).sort()).toEqual([
       'activeTools',
+      'messageCount',
       'messages',
+      'page',
       'pendingApprovals',
       'position',
       'runs',
