@@ -200,9 +200,9 @@ export class CommandsService {
   async answer(caller: Caller, threadId: string, raw: unknown, minPosition?: number) {
     validateBody(DecisionBody, raw);
     await this.projections.waitFor(minPosition);
-    const thread = this.projections.readModels.thread(caller.tenantId, threadId);
+    const thread = this.projections.readModels.head(caller.tenantId, threadId);
     if (!thread) throw new ApiError(404, 'thread_not_found', `thread ${threadId} not found`);
-    const pending = thread.pendingApprovals;
+    const pending = thread.header.pendingApprovals;
     if (pending.length === 0) {
       throw new ApiError(409, 'no_pending_approval', `thread ${threadId} has no pending approval`);
     }
