@@ -412,6 +412,9 @@ export class RunLogService {
       yield* page;
       if (page.length < PAGE) return;
       from = page[page.length - 1].revision + 1;
+      // An embedded store answers without I/O: give other requests a turn between pages, so
+      // auditing or replaying a long run never holds the event loop for more than a page.
+      await new Promise((resolve) => setImmediate(resolve));
     }
   }
 
