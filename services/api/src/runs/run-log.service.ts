@@ -68,7 +68,7 @@ const RULE_STATUS: Record<RunRuleViolation['code'], number> = {
 
 /** Appends that lose a race with another process re-read the head and try again, this often. */
 const MAX_ATTEMPTS = 5;
-const PAGE = 500;
+const PAGE = 250;
 /** How far back from a stream's end a retried batch is looked for when its place is unknown. */
 const RETRY_WINDOW = 1000;
 
