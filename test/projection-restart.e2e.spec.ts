@@ -24,8 +24,11 @@ const threadIds = Array.from({ length: THREADS }, (_, i) => `restart-thread-${i}
 const runIds = threadIds.map((threadId) => `${threadId}-run`);
 
 /** Each thread's run: a start, then tool calls (start and finish) with a message now and then. */
-function runEvents(t: number): { id: string; type: string; data: object; metadata: object }[] {
-  const events: { id: string; type: string; data: object; metadata: object }[] = [];
+function runEvents(
+  t: number,
+): { id: string; type: string; data: object; metadata: Record<string, unknown> }[] {
+  const events: { id: string; type: string; data: object; metadata: Record<string, unknown> }[] =
+    [];
   const id = () => `00000000-0000-7000-8${t}00-${String(events.length).padStart(12, '0')}`;
   events.push({
     id: id(),

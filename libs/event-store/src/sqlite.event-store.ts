@@ -68,6 +68,10 @@ const SCHEMA = `
     recorded_at TEXT    NOT NULL,
     UNIQUE (stream, revision)
   );
+  -- A thread's events across its runs, for a reader following one thread.
+  CREATE INDEX IF NOT EXISTS events_by_thread ON events (
+    json_extract(metadata, '$.tenantId'), json_extract(metadata, '$.threadId'), position
+  );
 `;
 
 const READ_BATCH = 500;
@@ -90,6 +94,7 @@ export class SqliteEventStore implements EventStore {
     allPrefixed: Statement<[number, number, string, number], EventRow>;
     after: Statement<[number, number], EventRow>;
     afterPrefixed: Statement<[number, number, string, number], EventRow>;
+    ofThread: Statement<[string, string, number, number], EventRow>;
     headPosition: Statement<[], { position: number | null }>;
     headPositionPrefixed: Statement<[number, string], { position: number }>;
   };
@@ -131,6 +136,11 @@ export class SqliteEventStore implements EventStore {
       ),
       afterPrefixed: this.db.prepare(
         `SELECT ${columns} FROM events WHERE position > ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?`,
+      ),
+      ofThread: this.db.prepare(
+        `SELECT ${columns} FROM events
+         WHERE json_extract(metadata, '$.tenantId') = ? AND json_extract(metadata, '$.threadId') = ?
+           AND position >= ? ORDER BY position LIMIT ?`,
       ),
       headPosition: this.db.prepare('SELECT MAX(position) AS position FROM events'),
       // Walks back from the tail, so it costs the number of other streams' events at the end.
@@ -294,6 +304,13 @@ export class SqliteEventStore implements EventStore {
     const from = options.fromPosition ?? 0;
     const limit = options.maxCount ?? Number.MAX_SAFE_INTEGER;
     const prefix = options.streamPrefix;
+    if (options.thread) {
+      const { tenantId, threadId } = options.thread;
+      const rows = this.statements.ofThread.all(tenantId, threadId, from, limit);
+      return rows
+        .filter((row) => prefix === undefined || row.stream.startsWith(prefix))
+        .map(toRecorded);
+    }
     const rows = prefix
       ? this.statements.allPrefixed.all(from, prefix.length, prefix, limit)
       : this.statements.all.all(from, limit);
