@@ -22,8 +22,10 @@ export interface BatchHandler {
 export interface ProcessorObserver {
   /** After each handled batch: how many events, the new position, the last event's time. */
   committed(events: number, position: number, lastRecordedAt: string): void;
-  /** A batch the handler could not handle; the processor stops and reports it. */
+  /** A batch the handler could not handle (or a lost subscription); the processor stops. */
   failed(error: unknown, position: number): void;
+  /** The subscription failed and is opened again after `retryInMs` (with `resubscribeMs`). */
+  resubscribing?(error: unknown, position: number, retryInMs: number): void;
 }
 
 export interface ProcessorOptions {
@@ -33,6 +35,11 @@ export interface ProcessorOptions {
   batchSize?: number;
   /** Longest a batch gathers before it is handled, so readers see progress while catching up. */
   maxBatchMs?: number;
+  /**
+   * Waits before resubscribing after the subscription failed, the last repeated; without
+   * them a failed subscription stops the processor.
+   */
+  resubscribeMs?: readonly number[];
 }
 
 /** Events taken from the subscription between two turns of the event loop. */
@@ -50,7 +57,11 @@ export class PositionNotReachedError extends Error {
 
 export class CheckpointedProcessor {
   private position = 0;
+  /** The last event taken from the subscription (handled or waiting in a batch). */
+  private taken = 0;
+  private stopped = true;
   private subscription: Subscription | null = null;
+  private wakeRetry: (() => void) | null = null;
   private running: Promise<void> | null = null;
   private batch: RecordedEvent[] = [];
   private batchStartedAt = 0;
@@ -81,21 +92,51 @@ export class CheckpointedProcessor {
   start(): void {
     if (this.running) return;
     this.failure = null;
+    this.stopped = false;
     this.position = this.handler.checkpoint();
-    this.subscription = this.log.subscribeToAll({
-      fromPosition: this.position === 0 ? 'start' : this.position,
-      streamPrefix: this.options.streamPrefix,
-    });
-    this.running = this.follow(this.subscription);
+    this.taken = this.position;
+    this.running = this.run();
   }
 
   /** Stops following; the batch gathered so far is handled first. */
   async stop(): Promise<void> {
+    this.stopped = true;
+    this.wakeRetry?.();
     await this.subscription?.close();
     await this.running;
     this.subscription = null;
     this.running = null;
     await this.flush();
+  }
+
+  private async run(): Promise<void> {
+    const waits = this.options.resubscribeMs ?? [];
+    for (let failures = 0; !this.stopped && this.failure === null; failures += 1) {
+      const subscription = this.log.subscribeToAll({
+        fromPosition: this.taken === 0 ? 'start' : this.taken,
+        streamPrefix: this.options.streamPrefix,
+      });
+      this.subscription = subscription;
+      const before = this.taken;
+      const error = await this.follow(subscription);
+      if (error === null || this.stopped) return;
+      if (waits.length === 0) {
+        this.fail(error);
+        return;
+      }
+      if (this.taken > before) failures = 0;
+      const wait = waits[Math.min(failures, waits.length - 1)];
+      this.observer.resubscribing?.(error, this.taken, wait);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, wait);
+        timer.unref();
+        this.wakeRetry = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wakeRetry = null;
+    }
   }
 
   /**
@@ -139,13 +180,15 @@ export class CheckpointedProcessor {
     return Math.min(minPosition, followedHead);
   }
 
-  private async follow(subscription: Subscription): Promise<void> {
+  /** Follows until the subscription ends (null) or fails (its error). */
+  private async follow(subscription: Subscription): Promise<unknown> {
     let sinceYield = 0;
     try {
       for await (const event of subscription) {
-        if (this.failure !== null) return;
+        if (this.failure !== null) return null;
         if (this.batch.length === 0) this.batchStartedAt = Date.now();
         this.batch.push(event);
+        this.taken = event.position;
         if (
           this.batch.length >= this.batchSize ||
           Date.now() - this.batchStartedAt >= this.maxBatchMs
@@ -164,8 +207,9 @@ export class CheckpointedProcessor {
           this.yielding = false;
         }
       }
+      return null;
     } catch (error) {
-      this.fail(error);
+      return error;
     }
   }
 
