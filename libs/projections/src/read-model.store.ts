@@ -122,7 +122,9 @@ export interface ThreadHead {
 
 /** A page of messages, oldest first, and where the thread goes on before it. */
 export interface MessagePage {
-  messages: UIMessage[];
+  /** The page's messages as a JSON array of AI SDK UIMessages, built from the stored rows. */
+  json: string;
+  count: number;
   /** `seq` of the page's oldest message: read before it for the next older page. */
   oldestSeq: number | null;
   hasMore: boolean;
@@ -204,7 +206,8 @@ export class ReadModelStore {
 
   /**
    * Up to `limit` messages before the one numbered `before` (the newest when absent), oldest
-   * first. Reads those messages' rows and parts only.
+   * first. Reads those messages' rows and parts only, and answers them as the JSON the parts
+   * are stored in: a page is never parsed and serialized again.
    */
   messagePage(
     tenantId: string,
@@ -215,18 +218,23 @@ export class ReadModelStore {
     const rows = this.statements.pageBefore.all(tenantId, threadId, before, limit + 1);
     const hasMore = rows.length > limit;
     const page = (hasMore ? rows.slice(0, limit) : rows).reverse();
-    if (page.length === 0) return { messages: [], oldestSeq: null, hasMore: false };
+    if (page.length === 0) return { json: '[]', count: 0, oldestSeq: null, hasMore: false };
     const parts = this.statements.partsBetween.all(
       tenantId,
       threadId,
       page[0].seq,
       page[page.length - 1].seq,
     );
-    return { messages: assemble(page, parts), oldestSeq: page[0].seq, hasMore };
+    return {
+      json: `[${messagesJson(page, parts).join(',')}]`,
+      count: page.length,
+      oldestSeq: page[0].seq,
+      hasMore,
+    };
   }
 
-  /** Every message, oldest first, read a page at a time (for exports). */
-  *allMessages(tenantId: string, threadId: string, pageSize = 200): Generator<UIMessage[]> {
+  /** Every message as JSON, oldest first, read a page of rows at a time (for exports). */
+  *allMessages(tenantId: string, threadId: string, pageSize = 200): Generator<string[]> {
     for (let after = -1; ;) {
       const rows = this.statements.pageAfter.all(tenantId, threadId, after, pageSize);
       if (rows.length === 0) return;
@@ -236,7 +244,7 @@ export class ReadModelStore {
         rows[0].seq,
         rows[rows.length - 1].seq,
       );
-      yield assemble(rows, parts);
+      yield messagesJson(rows, parts);
       after = rows[rows.length - 1].seq;
     }
   }
@@ -248,7 +256,11 @@ export class ReadModelStore {
       const rows = this.statements.textBefore.all(tenantId, threadId, before, pageSize);
       if (rows.length === 0) return;
       for (const row of rows) {
-        yield assemble([row], this.statements.partsOf.all(tenantId, threadId, row.seq))[0];
+        const [json] = messagesJson(
+          [row],
+          this.statements.partsOf.all(tenantId, threadId, row.seq),
+        );
+        yield JSON.parse(json) as UIMessage;
       }
       before = rows[rows.length - 1].seq;
     }
@@ -273,7 +285,9 @@ export class ReadModelStore {
     const head = this.head(tenantId, threadId);
     if (!head) return null;
     const messages: UIMessage[] = [];
-    for (const page of this.allMessages(tenantId, threadId)) messages.push(...page);
+    for (const page of this.allMessages(tenantId, threadId)) {
+      for (const json of page) messages.push(JSON.parse(json) as UIMessage);
+    }
     return { ...head.header, messages };
   }
 
@@ -423,23 +437,26 @@ function prepare(db: Db) {
 
 type Statements = ReturnType<typeof prepare>;
 
-/** Message rows with their part rows (both in seq order) as AI SDK UIMessages. */
-function assemble(rows: readonly MessageRow[], parts: readonly PartRow[]): UIMessage[] {
-  const bySeq = new Map<number, UIMessagePart[]>();
+/**
+ * Message rows with their part rows (both in seq order) as AI SDK UIMessages in JSON, one
+ * string a message: `{ id, role, parts, metadata? }`, the parts spliced in as stored.
+ */
+function messagesJson(rows: readonly MessageRow[], parts: readonly PartRow[]): string[] {
+  const bySeq = new Map<number, string[]>();
   for (const part of parts) {
     let list = bySeq.get(part.seq);
     if (list === undefined) {
       list = [];
       bySeq.set(part.seq, list);
     }
-    list.push(JSON.parse(part.body) as UIMessagePart);
+    list.push(part.body);
   }
   return rows.map((row) => {
-    const message: UIMessage = { id: row.id, role: row.role, parts: bySeq.get(row.seq) ?? [] };
-    if (row.metadata !== null) {
-      message.metadata = JSON.parse(row.metadata) as NonNullable<UIMessage['metadata']>;
-    }
-    return message;
+    const head = `{"id":${JSON.stringify(row.id)},"role":${JSON.stringify(row.role)}`;
+    const body = `"parts":[${(bySeq.get(row.seq) ?? []).join(',')}]`;
+    return row.metadata === null
+      ? `${head},${body}}`
+      : `${head},${body},"metadata":${row.metadata}}`;
   });
 }
 

@@ -33,7 +33,7 @@ export const UNKNOWN_TOOL_NAME = 'unknown';
  * Most parts a tool part is grouped into: past it, the next tool part starts a new
  * assistant message, so a page of messages stays a page however many calls a run makes.
  */
-export const MAX_PARTS_PER_MESSAGE = 20;
+export const MAX_PARTS_PER_MESSAGE = 10;
 
 export function emptyThread(tenantId: string, threadId: string): ThreadState {
   return { ...emptyHeader(tenantId, threadId), messages: [] };
@@ -134,32 +134,30 @@ export interface MessagePageInfo {
   hasMore: boolean;
 }
 
-/**
- * The thread as `GET /v1/threads/{threadId}` serves it: the header and one page of
- * messages, oldest first within the page (the order a chat UI renders).
- */
-export interface ThreadView extends Pick<
-  ThreadState,
-  | 'threadId'
-  | 'title'
-  | 'status'
-  | 'runs'
-  | 'messages'
-  | 'pendingApprovals'
-  | 'activeTools'
-  | 'position'
+/** What `GET /v1/threads/{threadId}` serves beside its page of messages. */
+export interface ThreadViewHeader extends Pick<
+  ThreadHeader,
+  'threadId' | 'title' | 'status' | 'runs' | 'pendingApprovals' | 'activeTools' | 'position'
 > {
+  /** Messages in the whole thread. */
   messageCount: number;
   page: MessagePageInfo;
 }
 
-/** The served fields of the header with a page of its messages (shared, not copied). */
+/**
+ * The thread as `GET /v1/threads/{threadId}` serves it: the header and one page of
+ * messages, oldest first within the page (the order a chat UI renders).
+ */
+export interface ThreadView extends ThreadViewHeader {
+  messages: UIMessage[];
+}
+
+/** The served fields of the header (shared, not copied). */
 export function threadView(
   header: ThreadHeader,
   messageCount: number,
-  messages: UIMessage[],
   page: MessagePageInfo,
-): ThreadView {
+): ThreadViewHeader {
   return {
     threadId: header.threadId,
     title: header.title,
@@ -169,7 +167,6 @@ export function threadView(
     activeTools: header.activeTools,
     position: header.position,
     messageCount,
-    messages,
     page,
   };
 }

@@ -1,5 +1,5 @@
 import { Readable } from 'node:stream';
-import { Controller, Get, Param, Query, StreamableFile } from '@nestjs/common';
+import { Controller, Get, Header, Param, Query, StreamableFile } from '@nestjs/common';
 import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { ThreadStatus } from '@runledger/domain';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
@@ -61,6 +61,7 @@ export class ThreadsController {
 
   @Get(':threadId')
   @RequireScope('read')
+  @Header('Content-Type', 'application/json; charset=utf-8')
   @ApiOperation({
     summary:
       'A thread: title, status, runs, pending approvals, active tools, and its newest page of AI SDK UIMessages',
@@ -105,7 +106,7 @@ export class ThreadsController {
     const pages = await this.threads.export(principal.tenantId, threadId, minPosition(min));
     const lines = async function* () {
       for await (const page of pages) {
-        yield page.map((message) => `${JSON.stringify(message)}\n`).join('');
+        yield page.map((message) => `${message}\n`).join('');
       }
     };
     return new StreamableFile(Readable.from(lines()), { type: 'application/x-ndjson' });

@@ -10,8 +10,6 @@ import {
   toolPartResult,
   voiceSeedOf,
   type ThreadStatus,
-  type ThreadView,
-  type UIMessage,
 } from '@runledger/domain';
 import type { ThreadHead, ThreadListItem } from '@runledger/projections';
 import { ApiError } from '../http/api-error';
@@ -33,29 +31,36 @@ export interface ThreadListPage {
 export class ThreadsService {
   constructor(private readonly projections: ProjectionsService) {}
 
-  /** The header and one page of messages: the newest, or those before a page's cursor. */
+  /**
+   * The header and one page of messages (the newest, or those before a page's cursor) as the
+   * JSON body of the answer: the stored parts are spliced in, not parsed and serialized again.
+   */
   async view(
     tenantId: string,
     threadId: string,
     query: { limit: number; before?: string; minPosition?: number },
-  ): Promise<ThreadView> {
+  ): Promise<string> {
     const before = query.before === undefined ? undefined : decodeMessageCursor(query.before);
     const head = await this.load(tenantId, threadId, query.minPosition);
     // Header and page are read in one turn of the event loop: no commit falls between them.
     const page = this.projections.readModels.messagePage(tenantId, threadId, query.limit, before);
-    return threadView(head.header, head.messageCount, page.messages, {
-      limit: query.limit,
-      before: page.hasMore && page.oldestSeq !== null ? encodeMessageCursor(page.oldestSeq) : null,
-      hasMore: page.hasMore,
-    });
+    const header = JSON.stringify(
+      threadView(head.header, head.messageCount, {
+        limit: query.limit,
+        before:
+          page.hasMore && page.oldestSeq !== null ? encodeMessageCursor(page.oldestSeq) : null,
+        hasMore: page.hasMore,
+      }),
+    );
+    return `${header.slice(0, -1)},"messages":${page.json}}`;
   }
 
-  /** Every message of the thread, oldest first, a page of rows at a time (for export). */
+  /** Every message of the thread as JSON, oldest first, a page of rows at a time (export). */
   async export(
     tenantId: string,
     threadId: string,
     minPosition?: number,
-  ): Promise<AsyncGenerator<UIMessage[]>> {
+  ): Promise<AsyncGenerator<string[]>> {
     await this.load(tenantId, threadId, minPosition);
     const pages = this.projections.readModels.allMessages(tenantId, threadId);
     return (async function* () {
