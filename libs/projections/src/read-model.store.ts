@@ -35,7 +35,7 @@ import {
 } from '@runledger/domain';
 
 /** Bumped when the tables change shape: an older file is dropped and rebuilt from the log. */
-const SCHEMA_VERSION = 2;
+const SCHEMA_VERSION = 3;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (
@@ -64,6 +64,7 @@ const SCHEMA = `
     metadata   TEXT,
     part_count INTEGER NOT NULL,
     text_part  INTEGER NOT NULL,
+    bytes      INTEGER NOT NULL,
     PRIMARY KEY (tenant_id, thread_id, seq)
   ) WITHOUT ROWID;
   CREATE UNIQUE INDEX IF NOT EXISTS thread_messages_by_id
@@ -146,6 +147,7 @@ interface MessageRow {
   metadata: string | null;
   part_count: number;
   text_part: number;
+  bytes: number;
 }
 
 interface PartRow {
@@ -206,18 +208,28 @@ export class ReadModelStore {
 
   /**
    * Up to `limit` messages before the one numbered `before` (the newest when absent), oldest
-   * first. Reads those messages' rows and parts only, and answers them as the JSON the parts
-   * are stored in: a page is never parsed and serialized again.
+   * first, and no more than fit in `maxBytes` of parts (at least one message). Reads those
+   * messages' rows and parts only, and answers them as the JSON the parts are stored in: a
+   * page is never parsed and serialized again.
    */
   messagePage(
     tenantId: string,
     threadId: string,
     limit: number,
     before = Number.MAX_SAFE_INTEGER,
+    maxBytes = Number.POSITIVE_INFINITY,
   ): MessagePage {
     const rows = this.statements.pageBefore.all(tenantId, threadId, before, limit + 1);
-    const hasMore = rows.length > limit;
-    const page = (hasMore ? rows.slice(0, limit) : rows).reverse();
+    let taken = 0;
+    let bytes = 0;
+    // Newest first, as many as fit; the newest always, however large it is alone.
+    while (taken < Math.min(limit, rows.length)) {
+      bytes += rows[taken].bytes;
+      if (taken > 0 && bytes > maxBytes) break;
+      taken += 1;
+    }
+    const hasMore = rows.length > taken;
+    const page = rows.slice(0, taken).reverse();
     if (page.length === 0) return { json: '[]', count: 0, oldestSeq: null, hasMore: false };
     const parts = this.statements.partsBetween.all(
       tenantId,
@@ -341,7 +353,7 @@ export class ReadModelStore {
 }
 
 function prepare(db: Db) {
-  const message = 'seq, id, role, metadata, part_count, text_part';
+  const message = 'seq, id, role, metadata, part_count, text_part, bytes';
   return {
     head: db.prepare<Key2, { header: string; message_count: number }>(
       'SELECT header, message_count FROM threads WHERE tenant_id = ? AND thread_id = ?',
@@ -364,12 +376,12 @@ function prepare(db: Db) {
       'SELECT seq FROM thread_messages WHERE tenant_id = ? AND thread_id = ? AND id = ?',
     ),
     upsertMessage: db.prepare<
-      [string, string, number, string, string, string | null, number, number]
+      [string, string, number, string, string, string | null, number, number, number]
     >(
-      `INSERT INTO thread_messages (tenant_id, thread_id, seq, id, role, metadata, part_count, text_part)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO thread_messages (tenant_id, thread_id, seq, id, role, metadata, part_count, text_part, bytes)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (tenant_id, thread_id, seq) DO UPDATE SET
-         part_count = excluded.part_count, text_part = excluded.text_part`,
+         part_count = excluded.part_count, text_part = excluded.text_part, bytes = excluded.bytes`,
     ),
     pageBefore: db.prepare<[string, string, number, number], MessageRow>(
       `SELECT ${message} FROM thread_messages WHERE tenant_id = ? AND thread_id = ? AND seq < ?
@@ -467,6 +479,8 @@ interface BufferedMessage {
   metadata: UIMessage['metadata'];
   partCount: number;
   textPart: number;
+  /** UTF-8 bytes of the message's parts as stored. */
+  bytes: number;
   dirty: boolean;
 }
 
@@ -474,6 +488,8 @@ interface BufferedPart {
   location: PartLocation;
   runId: string | null;
   body: UIMessagePart;
+  /** UTF-8 bytes of the part as stored, 0 while it is not. */
+  storedBytes: number;
   dirty: boolean;
 }
 
@@ -546,6 +562,7 @@ export class StoredThreadRows implements ThreadRows {
       metadata: message.metadata,
       partCount: 0,
       textPart: -1,
+      bytes: 0,
       dirty: true,
     });
     this.messageIds.set(message.id, seq);
@@ -568,7 +585,7 @@ export class StoredThreadRows implements ThreadRows {
     if (body.type === 'text' && message.textPart === -1) message.textPart = location.part;
     message.dirty = true;
     const runId = isToolPart(body) ? (message.metadata?.runId ?? '') : null;
-    this.parts.set(partKey(location), { location, runId, body, dirty: true });
+    this.parts.set(partKey(location), { location, runId, body, storedBytes: 0, dirty: true });
     if (isToolPart(body) && runId !== null) {
       const key = toolKey(runId, body.toolCallId);
       if (this.tools.get(key) == null) {
@@ -642,6 +659,18 @@ export class StoredThreadRows implements ThreadRows {
       this.messageCount,
       JSON.stringify(header),
     );
+    // Parts first: what they weigh now goes into their message's size.
+    const parts: [BufferedPart, string][] = [];
+    for (const part of this.parts.values()) {
+      if (!part.dirty) continue;
+      const json = JSON.stringify(part.body);
+      const bytes = Buffer.byteLength(json);
+      const message = this.message(part.location.message);
+      message.bytes += bytes - part.storedBytes;
+      message.dirty = true;
+      part.storedBytes = bytes;
+      parts.push([part, json]);
+    }
     for (const message of this.messages.values()) {
       if (!message.dirty) continue;
       this.statements.upsertMessage.run(
@@ -653,11 +682,11 @@ export class StoredThreadRows implements ThreadRows {
         message.metadata === undefined ? null : JSON.stringify(message.metadata),
         message.partCount,
         message.textPart,
+        message.bytes,
       );
       message.dirty = false;
     }
-    for (const part of this.parts.values()) {
-      if (!part.dirty) continue;
+    for (const [part, json] of parts) {
       const tool = isToolPart(part.body) ? part.body : null;
       this.statements.upsertPart.run(
         tenantId,
@@ -667,7 +696,7 @@ export class StoredThreadRows implements ThreadRows {
         part.runId,
         tool?.toolCallId ?? null,
         isOpenToolPart(part.body) ? 1 : 0,
-        JSON.stringify(part.body),
+        json,
       );
       part.dirty = false;
     }
@@ -701,6 +730,7 @@ export class StoredThreadRows implements ThreadRows {
             : (JSON.parse(row.metadata) as NonNullable<UIMessage['metadata']>),
         partCount: row.part_count,
         textPart: row.text_part,
+        bytes: row.bytes,
         dirty: false,
       };
       this.messages.set(seq, message);
@@ -727,7 +757,13 @@ export class StoredThreadRows implements ThreadRows {
       const runId = isToolPart(body)
         ? (this.message(location.message).metadata?.runId ?? '')
         : null;
-      part = { location: { ...location }, runId, body, dirty: false };
+      part = {
+        location: { ...location },
+        runId,
+        body,
+        storedBytes: Buffer.byteLength(row.body),
+        dirty: false,
+      };
       this.parts.set(key, part);
     }
     return part;

@@ -170,6 +170,21 @@ describe('GET /v1/threads/:threadId pages', () => {
     expect(again.messages).toEqual(expectedOlder.messages);
   });
 
+  it('stops a page before it passes 1 MiB, always with at least one message, and the cursor goes on from there', async () => {
+    const { threadId, runId } = await startThread();
+    const big = (n: number) => ({
+      type: 'message.added',
+      data: { messageId: `big-${n}`, role: 'user', text: `${n}`.padEnd(300_000, '.') },
+    });
+    let position = 0;
+    for (let n = 0; n < 7; n += 1) position = await append(runId, [big(n)]);
+    const newest = await page(threadId, `minPosition=${position}`);
+    expect(newest.messages.map((m) => m.id)).toEqual(['big-4', 'big-5', 'big-6']);
+    expect(newest.page).toMatchObject({ limit: 50, hasMore: true });
+    const all = await readAllPages(threadId, 50, position);
+    expect(all.map((m) => m.id)).toEqual(Array.from({ length: 7 }, (_, n) => `big-${n}`));
+  });
+
   it('exports the whole thread as NDJSON, one UIMessage a line, equal to its pages', async () => {
     const { threadId, runId } = await startThread();
     let position = 0;

@@ -67,7 +67,8 @@ export class ThreadsController {
       'A thread: title, status, runs, pending approvals, active tools, and its newest page of AI SDK UIMessages',
     description:
       `\`messages\` holds at most \`?limit=\` messages (default ${THREAD_PAGE_DEFAULT}, at most ${THREAD_PAGE_MAX}), ` +
-      'oldest first within the page; `messageCount` counts the whole thread. `page: { limit, before, hasMore }`: ' +
+      'oldest first within the page, and stops before the page passes 1 MiB (it always holds at least one message); ' +
+      '`messageCount` counts the whole thread. `page: { limit, before, hasMore }`: ' +
       'pass `page.before` as `?before=` for the page of older messages (null at the first message); a cursor ' +
       'stays valid while the thread grows. ' +
       MIN_POSITION_DOC,

@@ -20,6 +20,11 @@ export const THREAD_STATUSES: readonly ThreadStatus[] = ['running', 'blocked', '
 /** Messages in a thread page unless `?limit=` says otherwise, and the most it may say. */
 export const THREAD_PAGE_DEFAULT = 50;
 export const THREAD_PAGE_MAX = 500;
+/**
+ * A page also stops before its parts pass this many bytes (it always holds the newest
+ * message it can): a request's cost stays bounded whatever its messages hold.
+ */
+export const THREAD_PAGE_MAX_BYTES = 1024 * 1024;
 
 export interface ThreadListPage {
   threads: ThreadListItem[];
@@ -43,7 +48,13 @@ export class ThreadsService {
     const before = query.before === undefined ? undefined : decodeMessageCursor(query.before);
     const head = await this.load(tenantId, threadId, query.minPosition);
     // Header and page are read in one turn of the event loop: no commit falls between them.
-    const page = this.projections.readModels.messagePage(tenantId, threadId, query.limit, before);
+    const page = this.projections.readModels.messagePage(
+      tenantId,
+      threadId,
+      query.limit,
+      before,
+      THREAD_PAGE_MAX_BYTES,
+    );
     const header = JSON.stringify(
       threadView(head.header, head.messageCount, {
         limit: query.limit,
