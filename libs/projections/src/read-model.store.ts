@@ -35,7 +35,7 @@ import {
 } from '@runledger/domain';
 
 /** Bumped when the tables change shape: an older file is dropped and rebuilt from the log. */
-const SCHEMA_VERSION = 3;
+const SCHEMA_VERSION = 4;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (
@@ -64,7 +64,6 @@ const SCHEMA = `
     metadata   TEXT,
     part_count INTEGER NOT NULL,
     text_part  INTEGER NOT NULL,
-    bytes      INTEGER NOT NULL,
     PRIMARY KEY (tenant_id, thread_id, seq)
   ) WITHOUT ROWID;
   CREATE UNIQUE INDEX IF NOT EXISTS thread_messages_by_id
@@ -80,13 +79,12 @@ const SCHEMA = `
     run_id       TEXT,
     tool_call_id TEXT,
     open         INTEGER NOT NULL,
+    bytes        INTEGER NOT NULL,
     body         TEXT    NOT NULL,
     PRIMARY KEY (tenant_id, thread_id, seq, part)
   ) WITHOUT ROWID;
-  CREATE UNIQUE INDEX IF NOT EXISTS thread_parts_by_tool
-    ON thread_parts (tenant_id, thread_id, run_id, tool_call_id) WHERE tool_call_id IS NOT NULL;
-  CREATE INDEX IF NOT EXISTS thread_parts_by_call
-    ON thread_parts (tenant_id, thread_id, tool_call_id, seq) WHERE tool_call_id IS NOT NULL;
+  CREATE UNIQUE INDEX IF NOT EXISTS thread_parts_by_call
+    ON thread_parts (tenant_id, thread_id, tool_call_id, run_id) WHERE tool_call_id IS NOT NULL;
   CREATE INDEX IF NOT EXISTS thread_parts_open
     ON thread_parts (tenant_id, thread_id, run_id) WHERE open = 1;
 
@@ -147,7 +145,6 @@ interface MessageRow {
   metadata: string | null;
   part_count: number;
   text_part: number;
-  bytes: number;
 }
 
 interface PartRow {
@@ -220,11 +217,20 @@ export class ReadModelStore {
     maxBytes = Number.POSITIVE_INFINITY,
   ): MessagePage {
     const rows = this.statements.pageBefore.all(tenantId, threadId, before, limit + 1);
+    const sizes = new Map<number, number>();
+    if (rows.length > 0 && Number.isFinite(maxBytes)) {
+      // Sizes are read from the part rows' own column, not from their bodies.
+      const { seq: newest } = rows[0];
+      const oldest = rows[Math.min(limit, rows.length) - 1].seq;
+      for (const row of this.statements.bytesBetween.all(tenantId, threadId, oldest, newest)) {
+        sizes.set(row.seq, row.bytes);
+      }
+    }
     let taken = 0;
     let bytes = 0;
     // Newest first, as many as fit; the newest always, however large it is alone.
     while (taken < Math.min(limit, rows.length)) {
-      bytes += rows[taken].bytes;
+      bytes += sizes.get(rows[taken].seq) ?? 0;
       if (taken > 0 && bytes > maxBytes) break;
       taken += 1;
     }
@@ -353,7 +359,7 @@ export class ReadModelStore {
 }
 
 function prepare(db: Db) {
-  const message = 'seq, id, role, metadata, part_count, text_part, bytes';
+  const message = 'seq, id, role, metadata, part_count, text_part';
   return {
     head: db.prepare<Key2, { header: string; message_count: number }>(
       'SELECT header, message_count FROM threads WHERE tenant_id = ? AND thread_id = ?',
@@ -376,12 +382,12 @@ function prepare(db: Db) {
       'SELECT seq FROM thread_messages WHERE tenant_id = ? AND thread_id = ? AND id = ?',
     ),
     upsertMessage: db.prepare<
-      [string, string, number, string, string, string | null, number, number, number]
+      [string, string, number, string, string, string | null, number, number]
     >(
-      `INSERT INTO thread_messages (tenant_id, thread_id, seq, id, role, metadata, part_count, text_part, bytes)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO thread_messages (tenant_id, thread_id, seq, id, role, metadata, part_count, text_part)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (tenant_id, thread_id, seq) DO UPDATE SET
-         part_count = excluded.part_count, text_part = excluded.text_part, bytes = excluded.bytes`,
+         part_count = excluded.part_count, text_part = excluded.text_part`,
     ),
     pageBefore: db.prepare<[string, string, number, number], MessageRow>(
       `SELECT ${message} FROM thread_messages WHERE tenant_id = ? AND thread_id = ? AND seq < ?
@@ -396,6 +402,10 @@ function prepare(db: Db) {
        WHERE tenant_id = ? AND thread_id = ? AND seq < ? AND text_part >= 0
        ORDER BY seq DESC LIMIT ?`,
     ),
+    bytesBetween: db.prepare<[string, string, number, number], { seq: number; bytes: number }>(
+      `SELECT seq, SUM(bytes) AS bytes FROM thread_parts
+       WHERE tenant_id = ? AND thread_id = ? AND seq BETWEEN ? AND ? GROUP BY seq`,
+    ),
     partsBetween: db.prepare<[string, string, number, number], PartRow>(
       `SELECT seq, part, body FROM thread_parts
        WHERE tenant_id = ? AND thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq, part`,
@@ -408,12 +418,12 @@ function prepare(db: Db) {
       'SELECT body FROM thread_parts WHERE tenant_id = ? AND thread_id = ? AND seq = ? AND part = ?',
     ),
     upsertPart: db.prepare<
-      [string, string, number, number, string | null, string | null, number, string]
+      [string, string, number, number, string | null, string | null, number, number, string]
     >(
-      `INSERT INTO thread_parts (tenant_id, thread_id, seq, part, run_id, tool_call_id, open, body)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO thread_parts (tenant_id, thread_id, seq, part, run_id, tool_call_id, open, bytes, body)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (tenant_id, thread_id, seq, part) DO UPDATE SET
-         open = excluded.open, body = excluded.body`,
+         open = excluded.open, bytes = excluded.bytes, body = excluded.body`,
     ),
     toolLocation: db.prepare<[string, string, string, string], { seq: number; part: number }>(
       `SELECT seq, part FROM thread_parts
@@ -479,8 +489,6 @@ interface BufferedMessage {
   metadata: UIMessage['metadata'];
   partCount: number;
   textPart: number;
-  /** UTF-8 bytes of the message's parts as stored. */
-  bytes: number;
   dirty: boolean;
 }
 
@@ -488,8 +496,6 @@ interface BufferedPart {
   location: PartLocation;
   runId: string | null;
   body: UIMessagePart;
-  /** UTF-8 bytes of the part as stored, 0 while it is not. */
-  storedBytes: number;
   dirty: boolean;
 }
 
@@ -562,7 +568,6 @@ export class StoredThreadRows implements ThreadRows {
       metadata: message.metadata,
       partCount: 0,
       textPart: -1,
-      bytes: 0,
       dirty: true,
     });
     this.messageIds.set(message.id, seq);
@@ -585,7 +590,7 @@ export class StoredThreadRows implements ThreadRows {
     if (body.type === 'text' && message.textPart === -1) message.textPart = location.part;
     message.dirty = true;
     const runId = isToolPart(body) ? (message.metadata?.runId ?? '') : null;
-    this.parts.set(partKey(location), { location, runId, body, storedBytes: 0, dirty: true });
+    this.parts.set(partKey(location), { location, runId, body, dirty: true });
     if (isToolPart(body) && runId !== null) {
       const key = toolKey(runId, body.toolCallId);
       if (this.tools.get(key) == null) {
@@ -659,18 +664,6 @@ export class StoredThreadRows implements ThreadRows {
       this.messageCount,
       JSON.stringify(header),
     );
-    // Parts first: what they weigh now goes into their message's size.
-    const parts: [BufferedPart, string][] = [];
-    for (const part of this.parts.values()) {
-      if (!part.dirty) continue;
-      const json = JSON.stringify(part.body);
-      const bytes = Buffer.byteLength(json);
-      const message = this.message(part.location.message);
-      message.bytes += bytes - part.storedBytes;
-      message.dirty = true;
-      part.storedBytes = bytes;
-      parts.push([part, json]);
-    }
     for (const message of this.messages.values()) {
       if (!message.dirty) continue;
       this.statements.upsertMessage.run(
@@ -682,11 +675,12 @@ export class StoredThreadRows implements ThreadRows {
         message.metadata === undefined ? null : JSON.stringify(message.metadata),
         message.partCount,
         message.textPart,
-        message.bytes,
       );
       message.dirty = false;
     }
-    for (const [part, json] of parts) {
+    for (const part of this.parts.values()) {
+      if (!part.dirty) continue;
+      const json = JSON.stringify(part.body);
       const tool = isToolPart(part.body) ? part.body : null;
       this.statements.upsertPart.run(
         tenantId,
@@ -696,6 +690,7 @@ export class StoredThreadRows implements ThreadRows {
         part.runId,
         tool?.toolCallId ?? null,
         isOpenToolPart(part.body) ? 1 : 0,
+        Buffer.byteLength(json),
         json,
       );
       part.dirty = false;
@@ -730,7 +725,6 @@ export class StoredThreadRows implements ThreadRows {
             : (JSON.parse(row.metadata) as NonNullable<UIMessage['metadata']>),
         partCount: row.part_count,
         textPart: row.text_part,
-        bytes: row.bytes,
         dirty: false,
       };
       this.messages.set(seq, message);
@@ -757,13 +751,7 @@ export class StoredThreadRows implements ThreadRows {
       const runId = isToolPart(body)
         ? (this.message(location.message).metadata?.runId ?? '')
         : null;
-      part = {
-        location: { ...location },
-        runId,
-        body,
-        storedBytes: Buffer.byteLength(row.body),
-        dirty: false,
-      };
+      part = { location: { ...location }, runId, body, dirty: false };
       this.parts.set(key, part);
     }
     return part;
