@@ -4,7 +4,7 @@
  * one decoder; tool rows and tool outputs are never replayed as speech.
  */
 import { messageText } from './message-text';
-import type { ThreadState, UIMessage } from './thread-state';
+import type { ActiveTool, ThreadState, UIMessage } from './thread-state';
 
 export const VOICE_SEED_MAX_TURNS = 20;
 export const VOICE_SEED_MAX_TOKENS = 4000;
@@ -46,7 +46,7 @@ export function estimateTokens(text: string): number {
 
 /** The voice seed of a thread held in memory: `voiceSeedOf` its messages, newest first. */
 export function voiceSeed(state: ThreadState, options: VoiceSeedOptions = {}): VoiceSeed {
-  return voiceSeedOf(newestFirst(state.messages), options);
+  return voiceSeedOf(newestFirst(state.messages), state.activeTools, options);
 }
 
 function* newestFirst(messages: readonly UIMessage[]): Generator<UIMessage> {
@@ -66,6 +66,7 @@ function* newestFirst(messages: readonly UIMessage[]): Generator<UIMessage> {
  */
 export function voiceSeedOf(
   messages: Iterable<UIMessage>,
+  running: readonly ActiveTool[],
   options: VoiceSeedOptions = {},
 ): VoiceSeed {
   const maxTurns = options.maxTurns ?? VOICE_SEED_MAX_TURNS;
@@ -94,7 +95,7 @@ export function voiceSeedOf(
     break;
   }
   turns.reverse();
-  const activeTools = state.activeTools.map(({ toolCallId, toolName, label }) => ({
+  const activeTools = running.map(({ toolCallId, toolName, label }) => ({
     toolCallId,
     toolName,
     label,

@@ -104,8 +104,11 @@ export class ThreadsService {
 
   /** Reads only the newest messages with words, as far back as the seed's budget goes. */
   async voiceSeed(tenantId: string, threadId: string, minPosition?: number) {
-    await this.load(tenantId, threadId, minPosition);
-    return voiceSeedOf(this.projections.readModels.messagesWithTextNewestFirst(tenantId, threadId));
+    const head = await this.load(tenantId, threadId, minPosition);
+    return voiceSeedOf(
+      this.projections.readModels.messagesWithTextNewestFirst(tenantId, threadId),
+      head.header.activeTools,
+    );
   }
 
   /** Reads the one tool part's row. */
