@@ -212,6 +212,7 @@ async function run(): Promise<Section> {
         'Event-loop delay p99',
         'Loop held by own work, max',
         'RSS',
+        'Heap used',
       ],
       rows: [
         ...windows.map((w) => [
@@ -223,12 +224,14 @@ async function run(): Promise<Section> {
           ms(w.health.eventLoopDelayP99Ms),
           ms(w.health.heldMaxMs),
           mib(w.health.rssBytes),
+          mib(w.health.heapUsedBytes),
         ]),
         [
           'page vs bare Fastify',
           `runledger p50 ${ms(median(pages.service))}`,
           `bare p50 ${ms(median(pages.bare))}`,
           `${count(pages.bytes)} bytes`,
+          '',
           '',
           '',
           '',
@@ -270,7 +273,7 @@ async function run(): Promise<Section> {
       },
     ],
     notes: [
-      `RSS of the server after ${count(CALLS)} calls: ${mib(last.health.rssBytes)} (heap used ${mib(last.health.heapUsedBytes)}). No read-model cache holds a thread: the projector reads the rows it folds into, and SQLite's page cache for the read models is bounded at 32 MiB, so memory does not grow with the number or the length of threads.`,
+      `RSS of the server after ${count(CALLS)} calls: ${mib(last.health.rssBytes)} (heap used ${mib(last.health.heapUsedBytes)}); after the first window: ${mib(first.health.rssBytes)} (heap used ${mib(first.health.heapUsedBytes)}). No read-model cache holds a thread: the projector reads the rows it folds into, and SQLite's page cache for the read models is bounded at 32 MiB. Heap used is sampled without forcing a collection, so it includes garbage not yet collected.`,
       ...(CALLS < 10_000
         ? [
             `This run grew the thread to ${count(CALLS)} calls (BENCH_SOAK_CALLS), not the full 10,000.`,
