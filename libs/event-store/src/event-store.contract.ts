@@ -234,6 +234,29 @@ export function describeEventStoreContract(
         expect(await store.headPosition()).toBeGreaterThanOrEqual(all[4].position);
       });
 
+      it('readAll with a thread answers only the events stamped with that tenant and thread, in order', async () => {
+        const thread = { tenantId: `tenant-${randomUUID()}`, threadId: 'th-1' };
+        const stamped = (n: number, threadId: string, tenantId = thread.tenantId) =>
+          event(n, { metadata: { tenantId, threadId } });
+        const first = await store.append(stream('t-run-1'), [
+          stamped(0, 'th-1'),
+          stamped(1, 'th-2'),
+        ]);
+        await store.append(stream('t-run-2'), [stamped(2, 'th-1', 'another-tenant')]);
+        await store.append(stream('t-run-3'), [stamped(3, 'th-1'), stamped(4, 'th-1')]);
+        const read = await store.readAll({ thread });
+        expect(read.map((e) => (e.data as { n: number }).n)).toEqual([0, 3, 4]);
+        assertStrictlyIncreasing(read);
+        const after = await store.readAll({
+          thread,
+          fromPosition: first.events[0].position + 1,
+          maxCount: 1,
+        });
+        expect(after.map((e) => (e.data as { n: number }).n)).toEqual([3]);
+        const prefixed = await store.readAll({ thread, streamPrefix: stream('t-run-3') });
+        expect(prefixed.map((e) => (e.data as { n: number }).n)).toEqual([3, 4]);
+      });
+
       it('headPosition with a prefix is the newest event of those streams, not of the log', async () => {
         const prefix = stream('h-');
         expect(await store.headPosition({ streamPrefix: prefix })).toBe(0);

@@ -52,8 +52,24 @@ export interface ReadStreamOptions {
 export interface ReadAllOptions {
   /** Inclusive; 0 reads from the beginning. */
   fromPosition?: number;
+  /** Most events answered (after every filter). */
   maxCount?: number;
   streamPrefix?: string;
+  /**
+   * Only events whose metadata names this tenant and thread (the server stamps both into
+   * every run event). The embedded store reads them through an index.
+   */
+  thread?: ThreadFilter;
+}
+
+export interface ThreadFilter {
+  tenantId: string;
+  threadId: string;
+}
+
+/** Whether an event's metadata names the thread. */
+export function isOfThread(event: RecordedEvent, thread: ThreadFilter): boolean {
+  return event.metadata.tenantId === thread.tenantId && event.metadata.threadId === thread.threadId;
 }
 
 export interface HeadPositionOptions {

@@ -77,6 +77,7 @@ export class SqliteEventStore implements EventStore {
     allPrefixed: Statement<[number, number, string, number], EventRow>;
     after: Statement<[number, number], EventRow>;
     afterPrefixed: Statement<[number, number, string, number], EventRow>;
+    ofThread: Statement<[string, string, number, number], EventRow>;
     headPosition: Statement<[], { position: number | null }>;
     headPositionPrefixed: Statement<[number, string], { position: number }>;
   };
@@ -120,6 +121,11 @@ export class SqliteEventStore implements EventStore {
       ),
       afterPrefixed: this.db.prepare(
         `SELECT ${columns} FROM events WHERE position > ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?`,
+      ),
+      ofThread: this.db.prepare(
+        `SELECT ${columns} FROM events
+         WHERE json_extract(metadata, '$.tenantId') = ? AND json_extract(metadata, '$.threadId') = ?
+           AND position >= ? ORDER BY position LIMIT ?`,
       ),
       headPosition: this.db.prepare('SELECT MAX(position) AS position FROM events'),
       // Walks back from the tail, so it costs the number of other streams' events at the end.
@@ -294,6 +300,13 @@ export class SqliteEventStore implements EventStore {
     const from = options.fromPosition ?? 0;
     const limit = options.maxCount ?? Number.MAX_SAFE_INTEGER;
     const prefix = options.streamPrefix;
+    if (options.thread) {
+      const { tenantId, threadId } = options.thread;
+      const rows = this.statements.ofThread.all(tenantId, threadId, from, limit);
+      return rows
+        .filter((row) => prefix === undefined || row.stream.startsWith(prefix))
+        .map(toRecorded);
+    }
     const rows = prefix
       ? this.statements.allPrefixed.all(from, prefix.length, prefix, limit)
       : this.statements.all.all(from, limit);

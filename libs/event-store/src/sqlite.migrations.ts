@@ -42,6 +42,10 @@ export const EVENTS_SCHEMA = `
     UNIQUE (stream, revision),
     UNIQUE (id_scope, id)
   );
+  -- A thread's events across its runs, for a reader following one thread.
+  CREATE INDEX IF NOT EXISTS events_by_thread ON events (
+    json_extract(metadata, '$.tenantId'), json_extract(metadata, '$.threadId'), position
+  );
 `;
 
 /** Answers whether the file was in the old layout (and is now upgraded). */

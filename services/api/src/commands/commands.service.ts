@@ -126,9 +126,9 @@ export class CommandsService {
   async answer(caller: Caller, threadId: string, raw: unknown, minPosition?: number) {
     validateBody(DecisionBody, raw);
     await this.projections.waitFor(minPosition);
-    const thread = this.projections.readModels.thread(caller.tenantId, threadId);
+    const thread = this.projections.readModels.head(caller.tenantId, threadId);
     if (!thread) throw new ApiError(404, 'thread_not_found', `thread ${threadId} not found`);
-    const answered = decideAnswer(threadId, thread.pendingApprovals);
+    const answered = decideAnswer(threadId, thread.header.pendingApprovals);
     if ('refusal' in answered) throw new RefusedError(answered.refusal);
     return this.resolve(caller, answered.target.runId, answered.target.approvalId, raw);
   }

@@ -57,7 +57,7 @@ export interface EventView {
 
 /** Appends that lose a race with another process re-read the head and try again, this often. */
 const MAX_ATTEMPTS = 5;
-const PAGE = 500;
+const PAGE = 250;
 
 @Injectable()
 export class RunLogService {
@@ -374,6 +374,9 @@ export class RunLogService {
       yield* page;
       if (page.length < PAGE) return;
       from = page[page.length - 1].revision + 1;
+      // An embedded store answers without I/O: give other requests a turn between pages, so
+      // auditing or replaying a long run never holds the event loop for more than a page.
+      await new Promise((resolve) => setImmediate(resolve));
     }
   }
 

@@ -27,14 +27,20 @@
  *   events of a burst (dispatched in one run of microtasks) leave in one writev per socket.
  * - One heartbeat timer for all clients. A follower failure is logged and the follower
  *   resubscribes from its position; attached clients notice nothing but the delay.
+ * - The follower is a handler on the log's one follower (CheckpointedProcessor) whose
+ *   checkpoint lives in memory: live streams start from the head, and a client resumes from
+ *   its own Last-Event-ID anyway.
+ * - A thread's catch-up reads that thread's events (`readAll` by thread, an index in the
+ *   embedded store), never every tenant's log.
  */
 import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
 import { RUN_STREAM_PREFIX, parseStreamName, runStream } from '@runledger/domain';
 import {
+  CheckpointedProcessor,
   EVENT_STORE,
+  type BatchHandler,
   type EventStore,
   type RecordedEvent,
-  type Subscription,
 } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import type { FastifyReply } from 'fastify';
@@ -84,15 +90,14 @@ function matches(watch: StreamWatch, event: RecordedEvent): boolean {
 }
 
 @Injectable()
-export class SseFanout implements OnModuleDestroy {
+export class SseFanout implements OnModuleDestroy, BatchHandler {
   private readonly logger = new Logger('sse');
   /** Attached (live) clients by run or thread key. */
   private readonly watchers = new Map<string, Set<SseClient>>();
   /** Every open client, catching up or live. */
   private readonly clients = new Set<SseClient>();
   private started: Promise<void> | null = null;
-  private subscription: Subscription | null = null;
-  private following: Promise<void> | null = null;
+  private follower: CheckpointedProcessor | null = null;
   private heartbeat: NodeJS.Timeout | null = null;
   private stopping = false;
   /** Last run event the follower dispatched (or the head it started from). */
@@ -147,9 +152,14 @@ export class SseFanout implements OnModuleDestroy {
 
   private async catchUp(client: SseClient): Promise<void> {
     const { watch } = client;
-    // A run's events all lie in one stream: the prefix lets the store skip the others.
-    const prefix =
-      watch.kind === 'run' ? runStream(watch.tenantId, watch.runId) : RUN_STREAM_PREFIX;
+    // A run's events all lie in one stream, a thread's are indexed: the store skips the others.
+    const filter =
+      watch.kind === 'run'
+        ? { streamPrefix: runStream(watch.tenantId, watch.runId) }
+        : {
+            streamPrefix: RUN_STREAM_PREFIX,
+            thread: { tenantId: watch.tenantId, threadId: watch.threadId },
+          };
     for (;;) {
       if (client.closed) return;
       const target = this.position;
@@ -163,7 +173,7 @@ export class SseFanout implements OnModuleDestroy {
       const page = await this.store.readAll({
         fromPosition: from,
         maxCount: CATCH_UP_PAGE,
-        streamPrefix: prefix,
+        ...filter,
       });
       const after = page.filter((event) => event.position > from);
       if (after.length === 0) {
@@ -235,7 +245,24 @@ export class SseFanout implements OnModuleDestroy {
   private ensureFollowing(): Promise<void> {
     this.started ??= (async () => {
       this.position = await this.store.headPosition();
-      this.following = this.follow();
+      this.follower = new CheckpointedProcessor(
+        this.store,
+        this,
+        {
+          committed: () => undefined,
+          failed: (error, position) =>
+            this.logger.error({ msg: 'the SSE follower stopped', position, error: String(error) }),
+          resubscribing: (error, position, retryInMs) =>
+            this.logger.error({
+              msg: 'the SSE follower lost its subscription; resubscribing',
+              position,
+              retryInMs,
+              error: String(error),
+            }),
+        },
+        { streamPrefix: RUN_STREAM_PREFIX, batchSize: YIELD_EVERY, resubscribeMs: RESUBSCRIBE_MS },
+      );
+      this.follower.start();
       this.heartbeat = setInterval(() => {
         for (const client of this.clients) client.heartbeat();
       }, this.config.sse.heartbeatMs);
@@ -248,46 +275,25 @@ export class SseFanout implements OnModuleDestroy {
     return this.started;
   }
 
-  private async follow(): Promise<void> {
-    for (let failures = 0; !this.stopping;) {
-      const subscription = this.store.subscribeToAll({
-        fromPosition: this.position,
-        streamPrefix: RUN_STREAM_PREFIX,
-      });
-      this.subscription = subscription;
-      try {
-        let sinceYield = 0;
-        for await (const event of subscription) {
-          this.dispatch(event);
-          failures = 0;
-          sinceYield += 1;
-          if (sinceYield === YIELD_EVERY) {
-            // A store batch is dispatched in microtasks; without a turn of the event loop no
-            // socket could report 'drain' within it, and a burst would overflow healthy clients.
-            sinceYield = 0;
-            await new Promise((resolve) => setImmediate(resolve));
-          }
-        }
-      } catch (error) {
-        if (this.stopping) return;
-        this.logger.error({
-          msg: 'the SSE follower lost its subscription; resubscribing',
-          position: this.position,
-          error: String(error),
-        });
-      }
-      if (this.stopping) return;
-      const wait = RESUBSCRIBE_MS[Math.min(failures, RESUBSCRIBE_MS.length - 1)];
-      failures += 1;
-      await new Promise((resolve) => setTimeout(resolve, wait).unref());
-    }
+  /** The follower starts where the fan-out stands: the log head when the first client came. */
+  checkpoint(): number {
+    return this.position;
+  }
+
+  /**
+   * Dispatches a batch, then gives the event loop a turn: a batch is dispatched in one go, and
+   * without a turn no socket could report 'drain' within a burst, which would overflow
+   * healthy clients.
+   */
+  async handle(batch: readonly RecordedEvent[]): Promise<void> {
+    for (const event of batch) this.dispatch(event);
+    await new Promise((resolve) => setImmediate(resolve));
   }
 
   private async stopFollowing(): Promise<void> {
     this.stopping = true;
     if (this.heartbeat) clearInterval(this.heartbeat);
     this.heartbeat = null;
-    await this.subscription?.close();
-    await this.following;
+    await this.follower?.stop();
   }
 }
