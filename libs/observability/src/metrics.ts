@@ -86,7 +86,7 @@ export class Metrics {
 
   readonly sseOverflows = new Counter({
     name: 'runledger_sse_overflows_total',
-    help: 'SSE clients sent `overflow` and closed because their socket fell SSE_MAX_BUFFER events behind',
+    help: 'SSE clients sent `overflow` and closed: over SSE_MAX_BUFFER_BYTES waiting, or no write taken for SSE_SEND_TIMEOUT_MS',
     registers: [this.registry],
   });
 
