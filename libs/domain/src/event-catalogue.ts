@@ -204,7 +204,8 @@ function flatten(errors: ValidationError[], prefix: string, index: number | unde
       const wording = rule === 'whitelistValidation' ? `${field} is not allowed` : message;
       problems.push({ index, field, rule, message: wording });
     }
-    if (error.children?.length) problems.push(...flatten(error.children, field, index));
+    // A loop, not push(...): a spread of many thousand problems overflows the call stack.
+    for (const child of flatten(error.children ?? [], field, index)) problems.push(child);
   }
   return problems;
 }
@@ -261,7 +262,7 @@ export function validateEvent(input: unknown, index?: number): Validated<ValidEv
     forbidNonWhitelisted: true,
     forbidUnknownValues: true,
   });
-  problems.push(...flatten(errors, 'data', index));
+  for (const problem of flatten(errors, 'data', index)) problems.push(problem);
   if (problems.length > 0) return { ok: false, problems };
   return {
     ok: true,

@@ -62,6 +62,12 @@ export class ErrorFilter implements ExceptionFilter {
         .catch((cause: unknown) => this.logUnexpected(request, cause));
     }
     this.metrics.rejections.inc({ reason: apiError.error });
+    // Refused before its body was read: the unread bytes cannot be told from a next request.
+    if (!request.raw.complete) void reply.header('Connection', 'close');
+    // Every "not now" says when to try again; the rate limiter sets its own.
+    if ((apiError.status === 429 || apiError.status === 503) && !reply.hasHeader('Retry-After')) {
+      void reply.header('Retry-After', 1);
+    }
     void reply.status(apiError.status).send(apiError.body());
   }
 
