@@ -340,6 +340,37 @@ describe('large bodies at once', () => {
   });
 });
 
+describe('process guards', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening({ HTTP_REQUEST_TIMEOUT_MS: '1500', HTTP_HEADERS_TIMEOUT_MS: '1000' });
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('answers 408 and closes a request whose body stops arriving (HTTP_REQUEST_TIMEOUT_MS)', async () => {
+    const answer = await rawRequest(
+      t,
+      post(`/v1/runs/run-${randomUUID()}/events`, {
+        'Content-Length': 1000,
+        Authorization: `Bearer ${KEYS.tenantA}`,
+      }),
+      '{"events":[',
+    );
+    expect(answer.status).toBe(408);
+  });
+
+  it('reports the event-loop delay since the last scrape', async () => {
+    const text = (await t.http().get('/metrics')).text as string;
+    for (const stat of ['max', 'p99', 'mean']) {
+      expect(text).toMatch(
+        new RegExp(`^runledger_event_loop_delay_seconds\\{stat="${stat}"\\} [0-9.e-]+$`, 'm'),
+      );
+    }
+  });
+});
+
 function keys(n: number): Record<string, number> {
   return Object.fromEntries(Array.from({ length: n }, (_, i) => [`unknown${i}`, i]));
 }
