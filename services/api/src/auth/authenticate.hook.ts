@@ -8,7 +8,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Metrics } from '@runledger/observability';
 import { ApiError } from '../http/api-error';
-import { hasBody } from '../http/request-guards';
+import { lingerUnread } from '../http/request-guards';
 import { routeAccess } from './access.decorators';
 import type { AccessPolicy } from './access.guard';
 
@@ -35,8 +35,8 @@ export function authenticateRequests(
         return;
       }
       metrics.rejections.inc({ reason: error.error });
-      // The body is never read: the connection cannot carry another request after it.
-      if (hasBody(request)) void reply.header('Connection', 'close');
+      // The body is never parsed: node:http discards it, for a while.
+      lingerUnread(request, reply);
       void reply.code(error.status).header('WWW-Authenticate', 'Bearer').send(error.body());
       return;
     }

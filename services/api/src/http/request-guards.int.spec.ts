@@ -103,14 +103,13 @@ describe('authentication before the body', () => {
     await t.close();
   });
 
-  it('answers 401 to a request without a key while its body is still unsent, and closes', async () => {
+  it('answers 401 to a request without a key while its body is still unsent', async () => {
     const answer = await rawRequest(
       t,
       post(`/v1/runs/run-${randomUUID()}/events`, { 'Content-Length': 16 * 1024 * 1024 }),
       '{"events":[',
     );
     expect(answer.status).toBe(401);
-    expect(answer.headers.connection).toBe('close');
     expect(answer.headers['www-authenticate']).toBe('Bearer');
     expect(JSON.parse(answer.body)).toEqual({
       error: 'unauthorized',
@@ -171,7 +170,6 @@ describe('body limits', () => {
       }),
     );
     expect(answer.status).toBe(413);
-    expect(answer.headers.connection).toBe('close');
     expect(JSON.parse(answer.body)).toMatchObject({
       error: 'body_too_large',
       limitBytes: 256 * 1024,

@@ -18,7 +18,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { MAX_JSON_DEPTH } from '@runledger/domain';
 import { routeAccess } from '../auth/access.decorators';
 import type { AppConfig } from '../config/config';
@@ -30,6 +30,32 @@ import { JsonShapeScanner, type JsonShapeLimits, type JsonShapeProblem } from '.
  * append envelope (body, events, event, data) sits on top of the deepest value it carries.
  */
 export const BODY_MAX_DEPTH = MAX_JSON_DEPTH + 4;
+
+/**
+ * How long a connection stays open, discarding, after a refusal sent before its body was
+ * read. Closing at once would make the client's next write meet a reset, and a reset can
+ * discard the refusal before the client reads it: nginx calls this a lingering close.
+ */
+export const UNREAD_BODY_LINGER_MS = 1000;
+
+/**
+ * After `reply` is sent, the rest of the request's body is read and discarded (node:http's
+ * own behaviour) for at most UNREAD_BODY_LINGER_MS; a body still arriving then is cut off
+ * with its connection. A body that ends in time leaves the connection usable.
+ */
+export function lingerUnread(request: FastifyRequest, reply: FastifyReply): void {
+  if (request.raw.complete) return;
+  reply.raw.once('finish', () => {
+    if (request.raw.complete) return;
+    const { socket } = request.raw;
+    const timer = setTimeout(() => socket.destroy(), UNREAD_BODY_LINGER_MS);
+    timer.unref();
+    request.raw.once('end', () => clearTimeout(timer));
+    socket.once('close', () => clearTimeout(timer));
+    // A parser that stopped reading left the stream paused: discard the rest.
+    request.raw.resume();
+  });
+}
 
 /** Whether the request carries a body: a positive Content-Length, or chunked. */
 export function hasBody(request: FastifyRequest): boolean {
@@ -179,7 +205,7 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
     const stop = (error: Error) => {
       payload.removeListener('data', onData);
       payload.removeListener('end', onEnd);
-      // Read no further: the refusal closes the connection (ErrorFilter).
+      // The rest is discarded, for a while (lingerUnread, from the ErrorFilter).
       payload.pause();
       chunks.length = 0;
       done(error, undefined);
