@@ -34,6 +34,12 @@ const CLOSE_ARRAY = 0x5d;
 const COLON = 0x3a;
 const COMMA = 0x2c;
 
+/** Where `byte` next occurs from `from`, or the end of `bytes`. */
+function indexOrEnd(bytes: Uint8Array, byte: number, from: number): number {
+  const at = bytes.indexOf(byte, from);
+  return at === -1 ? bytes.length : at;
+}
+
 function isWhitespace(byte: number): boolean {
   return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
 }
@@ -58,50 +64,68 @@ export class JsonShapeScanner {
   feed(bytes: Uint8Array): JsonShapeProblem | null {
     if (this.problem) return this.problem;
     const { maxDepth, maxKeys, maxObjectKeys, maxItems } = this.limits;
-    for (let i = 0; i < bytes.length; i += 1) {
+    const { objectKeys } = this;
+    // Locals in the loop, written back at the end: this runs once per byte of a body.
+    let { depth, inString, escaped, openedContainer, keys, items } = this;
+    // Inside a string (most of a large body) a run of plain characters is skipped with
+    // indexOf to the next quote or backslash; both positions are remembered until passed,
+    // so the whole scan stays linear however the escapes are spread.
+    let nextQuote = -1;
+    let nextBackslash = -1;
+    let problem: JsonShapeProblem | null = null;
+    for (let i = 0; i < bytes.length && problem === null; i += 1) {
       const byte = bytes[i];
-      if (this.inString) {
-        if (this.escaped) this.escaped = false;
-        else if (byte === BACKSLASH) this.escaped = true;
-        else if (byte === QUOTE) this.inString = false;
+      if (inString) {
+        if (escaped) escaped = false;
+        else if (byte === BACKSLASH) escaped = true;
+        else if (byte === QUOTE) inString = false;
+        else {
+          if (nextQuote < i) nextQuote = indexOrEnd(bytes, QUOTE, i);
+          if (nextBackslash < i) nextBackslash = indexOrEnd(bytes, BACKSLASH, i);
+          i = Math.min(nextQuote, nextBackslash) - 1;
+        }
         continue;
       }
       if (isWhitespace(byte)) continue;
-      if (this.openedContainer) {
-        this.openedContainer = false;
-        if (byte !== CLOSE_ARRAY && byte !== CLOSE_OBJECT && ++this.items > maxItems) {
-          return this.fail('maxItems', maxItems);
+      if (openedContainer) {
+        openedContainer = false;
+        if (byte !== CLOSE_ARRAY && byte !== CLOSE_OBJECT && ++items > maxItems) {
+          problem = this.fail('maxItems', maxItems);
+          break;
         }
       }
       switch (byte) {
         case QUOTE:
-          this.inString = true;
+          inString = true;
           break;
         case OPEN_OBJECT:
         case OPEN_ARRAY:
-          this.depth += 1;
-          if (this.depth > maxDepth) return this.fail('maxDepth', maxDepth);
-          this.objectKeys[this.depth] = 0;
-          this.openedContainer = true;
+          depth += 1;
+          if (depth > maxDepth) problem = this.fail('maxDepth', maxDepth);
+          else {
+            objectKeys[depth] = 0;
+            openedContainer = true;
+          }
           break;
         case CLOSE_OBJECT:
         case CLOSE_ARRAY:
-          if (this.depth > 0) this.depth -= 1;
+          if (depth > 0) depth -= 1;
           break;
         case COLON:
-          if (++this.keys > maxKeys) return this.fail('maxKeys', maxKeys);
-          if (++this.objectKeys[this.depth] > maxObjectKeys) {
-            return this.fail('maxObjectKeys', maxObjectKeys);
+          if (++keys > maxKeys) problem = this.fail('maxKeys', maxKeys);
+          else if (++objectKeys[depth] > maxObjectKeys) {
+            problem = this.fail('maxObjectKeys', maxObjectKeys);
           }
           break;
         case COMMA:
-          if (++this.items > maxItems) return this.fail('maxItems', maxItems);
+          if (++items > maxItems) problem = this.fail('maxItems', maxItems);
           break;
         default:
           break;
       }
     }
-    return null;
+    Object.assign(this, { depth, inString, escaped, openedContainer, keys, items });
+    return problem;
   }
 
   private fail(rule: JsonShapeProblem['rule'], limit: number): JsonShapeProblem {
