@@ -106,8 +106,8 @@ function shapeRefusal(problem: JsonShapeProblem): ApiError {
  * node:http's answer to bytes that are not a request (Fastify's default, but for one case).
  * Requests are now answered as soon as they are routed, some before their body was read;
  * a client that sends a body without framing (no Content-Length, not chunked) then has that
- * body parsed as a next request. An answer already went out on that connection: a second
- * one would corrupt what the client reads, so the connection is only closed.
+ * body parsed as a next request. Once anything was written on a connection, a second answer
+ * could land inside the first as the client reads it, so the connection is only closed.
  */
 export function answerClientError(error: Error & { code?: string }, socket: Socket): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
