@@ -117,6 +117,45 @@ describe('authentication before the body', () => {
     });
   });
 
+  it('tells a client that asks first (Expect: 100-continue) to send its body only with a key', async () => {
+    const runId = await startRun(t);
+    const path = `/v1/runs/${runId}/events`;
+    const stranger = await rawRequest(
+      t,
+      post(path, { 'Content-Length': 5000, Expect: '100-continue' }),
+    );
+    expect(stranger.status).toBe(401);
+
+    const { port } = t.app.getHttpServer().address() as AddressInfo;
+    const body = JSON.stringify({
+      events: [
+        { type: 'message.added', data: { messageId: 'm', role: 'user', text: 'asked first' } },
+      ],
+    });
+    const socket = connect(port, '127.0.0.1');
+    socket.setEncoding('utf8');
+    let received = '';
+    const continued = new Promise<void>((resolve) => {
+      socket.on('data', (chunk: string) => {
+        received += chunk;
+        if (received.startsWith('HTTP/1.1 100 Continue\r\n\r\n')) resolve();
+      });
+    });
+    socket.write(
+      `${post(path, {
+        'Content-Length': Buffer.byteLength(body),
+        Expect: '100-continue',
+        Authorization: `Bearer ${KEYS.tenantA}`,
+      })}\r\n\r\n`,
+    );
+    await continued;
+    socket.write(body);
+    while (!/HTTP\/1\.1 201/.test(received))
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    socket.destroy();
+    expect(await eventCount(t, runId)).toBe(2);
+  });
+
   it('answers 401 to an unknown key the same way, on every kind of route', async () => {
     for (const path of ['/v1/threads', '/v1/runs/r/steer', '/v1/admin/mirror/parked/e/retry']) {
       const answer = await rawRequest(

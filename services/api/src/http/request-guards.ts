@@ -14,7 +14,8 @@
  *   parsed. JSON.parse then runs once, on a text whose cost is known to be bounded.
  *
  * Authentication has already happened (auth/authenticate.hook.ts): a stranger's body never
- * gets this far.
+ * gets this far. A client that asks first (`Expect: 100-continue`) is told to send its body
+ * only once the key and these limits let it through.
  */
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
@@ -151,6 +152,12 @@ class Slots {
 }
 
 export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig): void {
+  // node:http answers `Expect: 100-continue` at once unless told otherwise; the answer waits
+  // for the key and the limits (preParsing below), so a refused body is never sent at all.
+  fastify.server.on('checkContinue', (request, response) => {
+    fastify.server.emit('request', request, response);
+  });
+
   fastify.addHook('onRoute', (route) => {
     const access = routeAccess(route.config);
     route.bodyLimit =
@@ -186,6 +193,9 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
       }
       reply.raw.once('close', release);
     }
+    // The client waits for this before it sends the body (curl does above 1 MiB): only a
+    // request that passed every check above gets it.
+    if (/100-continue/i.test(String(request.headers.expect ?? ''))) reply.raw.writeContinue();
     done(null, payload);
   });
 
