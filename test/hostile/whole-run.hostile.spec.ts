@@ -3,7 +3,10 @@
  * its replay 5.4 s, since the loop over the run's pages never let I/O run. Every loop over a
  * run now reads in pages and yields between them (the paging is the long-threads issue's
  * primitive, issue 9). A run of RUN_EVENTS events keeps this test under half a minute.
+ * Likewise a thread stream from `?from=0` read the whole log, every tenant's, to find its
+ * thread's events (1.5 s per connection).
  */
+import { connect } from 'node:net';
 import { request, type RunningService } from '../support/service-process';
 import {
   expectHealthy,
@@ -54,6 +57,32 @@ it(`audits a run of ${RUN_EVENTS} events while /health/live keeps answering`, as
   expect(result).toMatchObject({ verified: true, count: RUN_EVENTS + 1 });
   expectHealthy(watched, RSS_BOUND);
   expect(await logState(service, 'long')).toEqual(before);
+}, 60_000);
+
+it(`streams a small thread from ?from=0 while the log holds ${RUN_EVENTS} other events`, async () => {
+  await startRun(service, 'small');
+  const { result, watched } = await underWatch(
+    service,
+    () =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(service.port, '127.0.0.1');
+        let received = '';
+        socket.setEncoding('utf8');
+        socket.on('data', (chunk: string) => {
+          received += chunk;
+          if (received.includes('event: run.started')) {
+            socket.destroy();
+            resolve(received);
+          }
+        });
+        socket.on('error', reject);
+        socket.write(
+          `GET /v1/threads/t-small/stream?from=0 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\n\r\n`,
+        );
+      }),
+  );
+  expect(result).toMatch(/^HTTP\/1\.1 200/);
+  expectHealthy(watched, RSS_BOUND);
 }, 60_000);
 
 it(`replays a run of ${RUN_EVENTS} events while /health/live keeps answering`, async () => {
