@@ -1,8 +1,9 @@
 /**
  * The one place that decides access, for every route: bearer key → tenant and scopes,
  * checked against the scope the route declares. Which key is calling is settled before the
- * body is read (auth/authenticate.hook.ts); which scope it needs is decided here. Tenant ownership of a run or thread is
- * decided where the run is read, and answered 404 so a foreign id reveals nothing.
+ * body is read (auth/authenticate.hook.ts); which scope a route needs is decided here.
+ * Tenant ownership of a run or thread is decided where the run is read, and answered 404
+ * so a foreign id reveals nothing.
  */
 import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
