@@ -136,7 +136,10 @@ describe('Content-Length lies', () => {
       rawRequest(
         service,
         postHead('/v1/runs/target/events', { ...AUTH, 'Content-Length': 10 }),
-        `${event}${'y'.repeat(4 * MIB)}`,
+        // Bytes past the declared length are not a body: node:http parses them as a next
+        // request, refuses it and closes. (Megabytes of them would meet a closed socket and
+        // reset the connection before the answer is read, which proves nothing either way.)
+        `${event}${'y'.repeat(1000)}`,
       ),
     );
     expect(result.status).toBe(400);

@@ -46,6 +46,8 @@ export const UNREAD_BODY_LINGER_MS = 1000;
  */
 export function lingerUnread(request: FastifyRequest, reply: FastifyReply): void {
   if (request.raw.complete) return;
+  // Fastify asks for an immediate close after a body parser's error: this replaces it.
+  void reply.removeHeader('connection');
   reply.raw.once('finish', () => {
     if (request.raw.complete) return;
     const { socket } = request.raw;
