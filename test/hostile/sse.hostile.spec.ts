@@ -18,7 +18,7 @@ import {
   underWatch,
 } from './hostile-support';
 
-const STALLED = 40;
+const STALLED = 24;
 const BUDGET = 2 * MIB;
 /** Baseline about 150 MiB, the burst's frames (shared by every client) 13 MiB, plus each client's budget. */
 const RSS_BOUND = 150 * MIB + 13 * MIB + STALLED * BUDGET + 150 * MIB;
