@@ -327,6 +327,21 @@ describe('stream caps', () => {
     for (const reader of [second, third, foreign]) reader.close();
   });
 
+  it('counts notification streams against the same caps', async () => {
+    const { runId } = await startRun(t);
+    const notifications = await open(t, '/v1/notifications/stream');
+    const run = await open(t, `/v1/runs/${runId}/stream`);
+    expect((await refusal('/v1/notifications/stream', KEYS.tenantA)).status).toBe(429);
+    notifications.close();
+    run.close();
+    await eventually(async () => {
+      const reader = await SseReader.open(t.app, '/v1/notifications/stream', t.auth());
+      if (!isReader(reader)) return false;
+      reader.close();
+      return true;
+    });
+  });
+
   it('frees the slot of a stream refused before it started (unknown run)', async () => {
     for (let i = 0; i < 3; i += 1) {
       const missing = await refusal(`/v1/runs/run-${randomUUID()}/stream`, KEYS.tenantA);
