@@ -95,6 +95,8 @@ it(`sends overflow to ${STALLED} clients that stop reading during a burst and cl
         },
       });
       expect(res.status).toBe(201);
+      // A burst, but an agent's: appends arrive one after another, not all in one instant.
+      await new Promise((resolve) => setTimeout(resolve, 5));
     }
     // Within the send timeout, plus the grace the overflow frame gets.
     await eventually(async () => (await metric('runledger_sse_clients')) === 0, 10_000);
