@@ -339,4 +339,10 @@ export class AppendRejectedData extends EventData {
   @IsInt()
   @Min(0)
   limitBytes?: number;
+
+  /** Refusals this one marker stands for (coalesced per key, run and window); absent: one. */
+  @IsOptional()
+  @IsInt()
+  @Min(2)
+  count?: number;
 }

@@ -168,6 +168,7 @@ const FIELDS: FieldTable = {
     reason: { required: true, refused: [42, null, {}, ''] },
     declaredBytes: { required: true, refused: ['5', true, null, 1.5, -1] },
     limitBytes: { required: false, refused: ['5', true, 1.5, -1] },
+    count: { required: false, refused: ['5', true, 1.5, 0, 1] },
   },
 };
 

@@ -30,7 +30,18 @@ describe('configuration', () => {
       logLevel: 'log',
       rateLimit: { windowMs: 10_000, calls: 30, costly: 6, service: { calls: 30, costly: 6 } },
       production: false,
-      sse: { maxBuffer: 1000, heartbeatMs: 15_000 },
+      smallBodyMaxBytes: 65_536,
+      json: { maxKeys: 100_000, maxObjectKeys: 10_000, maxItems: 1_000_000 },
+      largeBodies: { thresholdBytes: 1_048_576, concurrency: 4 },
+      http: { requestTimeoutMs: 30_000, headersTimeoutMs: 10_000, keepAliveTimeoutMs: 5000 },
+      sse: {
+        maxBufferBytes: 4_194_304,
+        sendTimeoutMs: 10_000,
+        maxStreamsPerKey: 50,
+        maxStreamsPerTenant: 200,
+        heartbeatMs: 15_000,
+      },
+      rejectionMarkerWindowMs: 60_000,
       mirror: {
         brokers: undefined,
         topic: 'runledger.run-events',
@@ -60,7 +71,20 @@ describe('configuration', () => {
       RATE_LIMIT_WINDOW_MS: '60000',
       RATE_LIMIT_CALLS: '100',
       RATE_LIMIT_COSTLY: '10',
-      SSE_MAX_BUFFER: '50',
+      SSE_MAX_BUFFER_BYTES: '65536',
+      SSE_SEND_TIMEOUT_MS: '2000',
+      SSE_MAX_STREAMS_PER_KEY: '3',
+      SSE_MAX_STREAMS_PER_TENANT: '7',
+      SMALL_BODY_MAX_BYTES: '2048',
+      JSON_MAX_KEYS: '500',
+      JSON_MAX_OBJECT_KEYS: '50',
+      JSON_MAX_ITEMS: '900',
+      LARGE_BODY_BYTES: '4096',
+      LARGE_BODY_CONCURRENCY: '2',
+      HTTP_REQUEST_TIMEOUT_MS: '5000',
+      HTTP_HEADERS_TIMEOUT_MS: '2000',
+      HTTP_KEEP_ALIVE_TIMEOUT_MS: '1000',
+      REJECTION_MARKER_WINDOW_MS: '1500',
       SSE_HEARTBEAT_MS: '500',
       KAFKA_BROKERS: 'kafka-1:9092,10.0.0.2:9093',
       KAFKA_TOPIC: 'audit.run-events',
@@ -83,7 +107,18 @@ describe('configuration', () => {
       maxEventsPerAppend: 10,
       logLevel: 'debug',
       rateLimit: { windowMs: 60_000, calls: 100, costly: 10 },
-      sse: { maxBuffer: 50, heartbeatMs: 500 },
+      smallBodyMaxBytes: 2048,
+      json: { maxKeys: 500, maxObjectKeys: 50, maxItems: 900 },
+      largeBodies: { thresholdBytes: 4096, concurrency: 2 },
+      http: { requestTimeoutMs: 5000, headersTimeoutMs: 2000, keepAliveTimeoutMs: 1000 },
+      sse: {
+        maxBufferBytes: 65_536,
+        sendTimeoutMs: 2000,
+        maxStreamsPerKey: 3,
+        maxStreamsPerTenant: 7,
+        heartbeatMs: 500,
+      },
+      rejectionMarkerWindowMs: 1500,
       mirror: {
         brokers: ['kafka-1:9092', '10.0.0.2:9093'],
         topic: 'audit.run-events',
@@ -118,7 +153,22 @@ describe('configuration', () => {
     ['RATE_LIMIT_CALLS', '100001'],
     ['RATE_LIMIT_COSTLY', '0'],
     ['RATE_LIMIT_COSTLY', '31'],
-    ['SSE_MAX_BUFFER', '0'],
+    ['SSE_MAX_BUFFER_BYTES', '1000'],
+    ['SSE_MAX_BUFFER_BYTES', '1048576'],
+    ['SSE_SEND_TIMEOUT_MS', '99'],
+    ['SSE_MAX_STREAMS_PER_KEY', '0'],
+    ['SSE_MAX_STREAMS_PER_KEY', '201'],
+    ['SSE_MAX_STREAMS_PER_TENANT', 'many'],
+    ['SMALL_BODY_MAX_BYTES', '1023'],
+    ['JSON_MAX_KEYS', '0'],
+    ['JSON_MAX_OBJECT_KEYS', '100001'],
+    ['JSON_MAX_ITEMS', '1e6'],
+    ['LARGE_BODY_BYTES', '10'],
+    ['LARGE_BODY_CONCURRENCY', '0'],
+    ['HTTP_REQUEST_TIMEOUT_MS', '999'],
+    ['HTTP_HEADERS_TIMEOUT_MS', '30001'],
+    ['HTTP_KEEP_ALIVE_TIMEOUT_MS', '99'],
+    ['REJECTION_MARKER_WINDOW_MS', '50'],
     ['SSE_HEARTBEAT_MS', '5'],
     ['KAFKA_BROKERS', 'localhost'],
     ['KAFKA_BROKERS', 'a:1, b:2'],
@@ -167,6 +217,12 @@ describe('configuration', () => {
       expect(configured.production).toBe(true);
     },
   );
+
+  it('keeps the small body limit and the large-body threshold at or below BODY_MAX_BYTES', () => {
+    const config = loadConfig({ BODY_MAX_BYTES: '8192', EVENT_MAX_BYTES: '4096' });
+    expect(config.smallBodyMaxBytes).toBe(8192);
+    expect(config.largeBodies.thresholdBytes).toBe(8192);
+  });
 
   it('reports every bad variable at once', () => {
     expect(problemsOf({ PORT: 'x', LOG_LEVEL: 'y' })).toHaveLength(2);

@@ -1,12 +1,14 @@
 import { Body, Controller, Get, Headers, HttpCode, Post, Query, Req, Res } from '@nestjs/common';
 import { ApiBearerAuth, ApiOperation, ApiProduces, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { RequireScope } from '../auth/access.decorators';
+import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
+import type { Principal } from '../auth/principal';
 import { USER_NAME_MAX } from '../config/config';
 import { ApiError } from '../http/api-error';
 import { clientCaller, type ClientCaller } from '../http/caller';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
+import { StreamSlots } from '../streams/stream-slots';
 import { NotificationsService } from './notifications.service';
 
 const ITEM_DOC =
@@ -39,7 +41,10 @@ function position(name: string, raw: string | string[] | undefined): number | un
 @RateLimited('call')
 @Controller('v1/notifications')
 export class NotificationsController {
-  constructor(private readonly notifications: NotificationsService) {}
+  constructor(
+    private readonly notifications: NotificationsService,
+    private readonly slots: StreamSlots,
+  ) {}
 
   @Get()
   @RequireScope('read')
@@ -79,12 +84,22 @@ export class NotificationsController {
     @Query('after') after: string | string[] | undefined,
     @Query('user') user: string | string[] | undefined,
     @Res() reply: FastifyReply,
+    @CurrentPrincipal() principal: Principal,
   ): Promise<void> {
     const caller = clientCaller(request);
-    await this.notifications.stream(reply, caller, {
+    const query = {
       after: position('Last-Event-ID', lastEventId) ?? position('after', after),
       user: userFilter(caller, user),
-    });
+    };
+    // One of the caller's stream slots, like run and thread streams, until it closes.
+    const release = this.slots.acquire(principal);
+    reply.raw.once('close', release);
+    try {
+      await this.notifications.stream(reply, caller, query);
+    } catch (error) {
+      release();
+      throw error;
+    }
   }
 
   @Post('seen')

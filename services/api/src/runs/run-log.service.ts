@@ -290,6 +290,7 @@ export class RunLogService {
     tenantId: string,
     runId: string,
     declaredBytes: number,
+    count = 1,
   ): Promise<boolean> {
     if (!PATH_ID_PATTERN.test(runId)) return false;
     const stream = runStream(tenantId, runId);
@@ -299,7 +300,12 @@ export class RunLogService {
       const marker: ValidEvent & { id: string } = {
         id: uuidv7(),
         type: 'append.rejected',
-        data: { reason: 'body_too_large', declaredBytes, limitBytes: this.config.bodyMaxBytes },
+        data: {
+          reason: 'body_too_large',
+          declaredBytes,
+          limitBytes: this.config.bodyMaxBytes,
+          ...(count > 1 ? { count } : {}),
+        },
         metadata: {},
       };
       await this.appendSerialized(tenantId, runId, [marker], 'stream_exists', false);

@@ -19,9 +19,10 @@
  *   Catch-up frames are serialised per client: they are read per client anyway, and a
  *   client replaying history is the exception, not the fan-out.
  * - **Bounded backlog**: live frames go to the socket while `write()` accepts them; after a
- *   false they queue until 'drain'. More than SSE_MAX_BUFFER queued: the client gets
- *   `overflow` with `resumeFrom` (the last position written), the stream closes and the queue
- *   is dropped — never the events: the client resumes from the log. The follower lets I/O
+ *   false they queue until 'drain'. More than SSE_MAX_BUFFER_BYTES waiting, or a socket that
+ *   took nothing for SSE_SEND_TIMEOUT_MS (sse-client.ts): the client gets `overflow` with
+ *   `resumeFrom` (the last position written), the stream closes and the queue is dropped —
+ *   never the events: the client resumes from the log. The follower lets I/O
  *   run every YIELD_EVERY events, so a socket can drain within a large burst.
  * - No batching of our own: node:http corks a socket on a write until the next tick, so the
  *   events of a burst (dispatched in one run of microtasks) leave in one writev per socket.
@@ -45,8 +46,8 @@ import {
 import { Metrics } from '@runledger/observability';
 import type { FastifyReply } from 'fastify';
 import { APP_CONFIG, type AppConfig } from '../config/config';
-import { SseClient, type StreamWatch } from './sse-client';
-import { eventFrame, overflowFrame, startFrame } from './sse-frame';
+import { SseClient, type OverflowReason, type StreamWatch } from './sse-client';
+import { eventFrame, startFrame } from './sse-frame';
 
 /** Events read per catch-up page. */
 const CATCH_UP_PAGE = 500;
@@ -122,7 +123,11 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
     // Gone while we looked up where to start: its 'close' has passed, nothing would clean up.
     if (res.destroyed || !res.socket || res.socket.destroyed) return;
     res.writeHead(200, SSE_HEADERS);
-    const client = new SseClient(res, watch, from, this.config.sse.maxBuffer);
+    const client = new SseClient(res, watch, from, {
+      maxBufferBytes: this.config.sse.maxBufferBytes,
+      sendTimeoutMs: this.config.sse.sendTimeoutMs,
+      onOverflow: (behind, reason) => this.overflowed(behind, reason),
+    });
     this.clients.add(client);
     this.metrics.sseClients.inc();
     res.on('close', () => {
@@ -227,18 +232,21 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
   }
 
   private offer(clients: Set<SseClient>, frame: Buffer, position: number): void {
-    for (const client of clients) {
-      if (client.offer(frame, position)) continue;
-      this.detach(client);
-      this.metrics.sseOverflows.inc();
-      this.logger.warn({
-        msg: 'SSE client fell behind; sent overflow and closed the stream',
-        watch: client.watch,
-        resumeFrom: client.lastWritten,
-        maxBuffer: this.config.sse.maxBuffer,
-      });
-      client.end(overflowFrame(client.lastWritten));
-    }
+    // A client that overflows leaves the set as it is walked, which a Set allows.
+    for (const client of clients) client.offer(frame, position);
+  }
+
+  private overflowed(client: SseClient, reason: OverflowReason): void {
+    this.detach(client);
+    this.metrics.sseOverflows.inc();
+    this.logger.warn({
+      msg: 'SSE client fell behind; sent overflow and closed the stream',
+      watch: client.watch,
+      reason,
+      resumeFrom: client.lastWritten,
+      maxBufferBytes: this.config.sse.maxBufferBytes,
+      sendTimeoutMs: this.config.sse.sendTimeoutMs,
+    });
   }
 
   /** Starts the shared follower at the log head, once, when the first client connects. */
