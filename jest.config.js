@@ -21,7 +21,11 @@ const shared = {
 };
 module.exports = {
   projects: [
-    { ...shared, displayName: 'unit', testMatch: ['<rootDir>/{libs,services}/**/*.unit.spec.ts'] },
+    {
+      ...shared,
+      displayName: 'unit',
+      testMatch: ['<rootDir>/{libs,services,deploy}/**/*.unit.spec.ts'],
+    },
     { ...shared, displayName: 'int', testMatch: ['<rootDir>/{libs,services}/**/*.int.spec.ts'] },
     { ...shared, displayName: 'e2e', testMatch: ['<rootDir>/test/**/*.e2e.spec.ts'] },
     // Against a real Kafka broker, which the global setup starts (test/kafka/global-setup.ts)

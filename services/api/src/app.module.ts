@@ -4,11 +4,12 @@
  */
 import { Module, type DynamicModule } from '@nestjs/common';
 import { APP_FILTER, APP_GUARD } from '@nestjs/core';
-import { EventStoreModule, openEventStore } from '@runledger/event-store';
+import { EventStoreModule } from '@runledger/event-store';
 import { ObservabilityModule } from '@runledger/observability';
 import { AccessGuard, AccessPolicy } from './auth/access.guard';
 import { ApiKeyTable } from './auth/api-keys';
 import { APP_CONFIG, type ApiKey, type AppConfig } from './config/config';
+import { openConfiguredStore } from './config/process-config';
 import { HealthController } from './health/health.controller';
 import { ErrorFilter } from './http/error.filter';
 import { MirrorAdminController } from './mirror/mirror-admin.controller';
@@ -32,9 +33,7 @@ export class AppModule {
     return {
       module: AppModule,
       imports: [
-        EventStoreModule.forRootAsync({
-          useFactory: () => openEventStore(config),
-        }),
+        EventStoreModule.forRootAsync({ useFactory: () => openConfiguredStore(config) }),
         ObservabilityModule,
         ...mirrorImports(config), // the Kafka mirror, when KAFKA_BROKERS is set
       ],

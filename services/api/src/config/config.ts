@@ -44,6 +44,12 @@ export class EnvironmentSchema {
   })
   EVENTSTORE_URL?: string;
 
+  @Transform(toInt)
+  @IsInt({ message: 'STORE_STARTUP_TIMEOUT_MS must be an integer between 0 and 600000' })
+  @Min(0, { message: 'STORE_STARTUP_TIMEOUT_MS must be an integer between 0 and 600000' })
+  @Max(600_000, { message: 'STORE_STARTUP_TIMEOUT_MS must be an integer between 0 and 600000' })
+  STORE_STARTUP_TIMEOUT_MS = 60_000;
+
   @IsIn(['FULL', 'NORMAL'], { message: 'SQLITE_SYNCHRONOUS must be FULL or NORMAL' })
   SQLITE_SYNCHRONOUS: 'FULL' | 'NORMAL' = 'FULL';
 
@@ -177,6 +183,7 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'DATA_DIR',
   'RUNLEDGER_API_KEYS',
   'EVENTSTORE_URL',
+  'STORE_STARTUP_TIMEOUT_MS',
   'SQLITE_SYNCHRONOUS',
   'BODY_MAX_BYTES',
   'EVENT_MAX_BYTES',
@@ -217,6 +224,8 @@ export interface AppConfig {
   /** Undefined when RUNLEDGER_API_KEYS is unset: start-up then provisions a development key. */
   apiKeys?: ApiKey[];
   eventStoreUrl?: string;
+  /** How long start-up waits for an unreachable store (KurrentDB still starting) before exiting. */
+  storeStartupTimeoutMs: number;
   sqliteSynchronous: 'FULL' | 'NORMAL';
   bodyMaxBytes: number;
   /** An event's canonical JSON above this is reduced to fit (default: EventStoreDB's append ceiling). */
@@ -331,6 +340,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     apiKeys:
       parsed.RUNLEDGER_API_KEYS === undefined ? undefined : parseApiKeys(parsed.RUNLEDGER_API_KEYS),
     eventStoreUrl: parsed.EVENTSTORE_URL,
+    storeStartupTimeoutMs: parsed.STORE_STARTUP_TIMEOUT_MS,
     sqliteSynchronous: parsed.SQLITE_SYNCHRONOUS,
     bodyMaxBytes: parsed.BODY_MAX_BYTES,
     eventMaxBytes: parsed.EVENT_MAX_BYTES,

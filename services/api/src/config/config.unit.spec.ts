@@ -19,6 +19,7 @@ describe('configuration', () => {
       dataDir: './data',
       apiKeys: undefined,
       eventStoreUrl: undefined,
+      storeStartupTimeoutMs: 60_000,
       sqliteSynchronous: 'FULL',
       bodyMaxBytes: 33_554_432,
       eventMaxBytes: 1_048_576,
