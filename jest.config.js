@@ -1,4 +1,4 @@
-/** One jest project per test tier (../shared/STYLE.md): unit, int, e2e, kafka. */
+/** One jest project per test tier (docs/operations.md, "Tests"): unit, int, e2e, kafka. */
 const swc = [
   '@swc/jest',
   {

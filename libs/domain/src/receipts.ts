@@ -1,7 +1,7 @@
 /**
  * One-use approval receipts: the decision, signed with HMAC-SHA256 and bound to the tool,
  * a digest of its input, the policy revision, the caller's context and an expiry, so it
- * cannot be replayed for another command, thread or policy (../shared/BACKGROUND.md §2).
+ * cannot be replayed for another command, thread or policy (docs/architecture.md, "Why it exists").
  * Format: base64url(JSON claims) "." base64url(HMAC-SHA256(secret, first part)).
  */
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';

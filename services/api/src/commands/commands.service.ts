@@ -1,5 +1,5 @@
 /**
- * Commands with preconditions (../shared/DESIGN.md): steer, stop, resolve an approval once,
+ * Commands with preconditions (docs/api.md): steer, stop, resolve an approval once,
  * answer "yes" safely, and consume a one-use receipt. Each reads the run's own stream, decides,
  * and appends with the revision it read as the expected revision, so a concurrent command that
  * changed the run first makes this one re-decide instead of applying twice.

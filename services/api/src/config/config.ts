@@ -1,7 +1,7 @@
 /**
  * Every setting of runledger, read from the environment once at start-up and validated
  * against one schema. A bad value stops the process with a message naming the variable
- * and the rule it broke (README "Configuration" lists them all with their defaults).
+ * and the rule it broke (docs/configuration.md lists them all with their defaults).
  */
 import 'reflect-metadata';
 import { plainToInstance, Transform } from 'class-transformer';

@@ -1,7 +1,7 @@
 /**
  * A request body over BODY_MAX_BYTES is refused before it is read (Fastify checks the
  * declared Content-Length first). When it was an append the caller may make, the run's
- * log still records that the attempt happened (../shared/DESIGN.md, size gating).
+ * log still records that the attempt happened (docs/api.md, "Size gating").
  */
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { FastifyRequest } from 'fastify';
