@@ -10,11 +10,13 @@ const swc = [
     module: { type: 'commonjs' },
   },
 ];
+const ESM_ONLY = ['content-disposition', '@apidevtools/json-schema-ref-parser'];
 const shared = {
-  // content-disposition (under @fastify/static, which serves /docs) ships ES modules only:
-  // jest's CommonJS runtime needs it transformed like our own sources.
-  transform: { '^.+\\.ts$': swc, '/node_modules/content-disposition/.+\\.js$': swc },
-  transformIgnorePatterns: ['/node_modules/(?!content-disposition/)'],
+  // Packages that ship ES modules only: content-disposition (under @fastify/static, which
+  // serves /docs) and json-schema-ref-parser (under swagger-parser, which checks /docs-json).
+  // jest's CommonJS runtime needs them transformed like our own sources.
+  transform: { '^.+\\.ts$': swc, [`/node_modules/(${ESM_ONLY.join('|')})/.+\\.js$`]: swc },
+  transformIgnorePatterns: [`/node_modules/(?!(${ESM_ONLY.join('|')})/)`],
   moduleFileExtensions: ['ts', 'js', 'json'],
   moduleNameMapper: { '^@runledger/([a-z-]+)$': '<rootDir>/libs/$1/src' },
   testEnvironment: 'node',

@@ -8,6 +8,7 @@ import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fa
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Metrics } from '@runledger/observability';
 import { AppModule } from './app.module';
+import { API_KEY_SCHEME } from './openapi/api-route.decorator';
 import type { ApiKey, AppConfig } from './config/config';
 
 export async function createApp(
@@ -52,7 +53,15 @@ export async function createApp(
         'The durable, auditable record of AI agent runs. Authenticate with `Authorization: Bearer <key>`.',
       )
       .setVersion('1')
-      .addBearerAuth()
+      .addBearerAuth(
+        {
+          type: 'http',
+          scheme: 'bearer',
+          bearerFormat: 'opaque',
+          description: 'An opaque API key from RUNLEDGER_API_KEYS: `Authorization: Bearer <key>`',
+        },
+        API_KEY_SCHEME,
+      )
       .build(),
   );
   SwaggerModule.setup('docs', app, document);

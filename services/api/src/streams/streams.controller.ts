@@ -4,7 +4,7 @@
  * before the stream starts); the streaming itself is the SseFanout's.
  */
 import { Controller, Get, Headers, Param, Query, Res } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiProduces, ApiTags } from '@nestjs/swagger';
+import { ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply } from 'fastify';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
@@ -13,6 +13,8 @@ import { RunLogService } from '../runs/run-log.service';
 import { queryInt } from '../runs/runs.controller';
 import { ThreadsService } from '../threads/threads.service';
 import { SseFanout } from './sse-fanout.service';
+import { ApiMinPosition, ApiRoute, ApiStreamStart } from '../openapi/api-route.decorator';
+import {} from '../openapi/schemas';
 
 const STREAM_DOC =
   'Server-Sent Events: every event after `Last-Event-ID` (a position, exclusive), else after `?from=` ' +
@@ -37,7 +39,6 @@ export function streamStart(
 }
 
 @ApiTags('streams')
-@ApiBearerAuth()
 @Controller('v1')
 export class StreamsController {
   constructor(
@@ -48,11 +49,12 @@ export class StreamsController {
 
   @Get('runs/:runId/stream')
   @RequireScope('read')
-  @ApiProduces('text/event-stream')
   @ApiOperation({
     summary: "A run's events as Server-Sent Events, then live",
     description: STREAM_DOC,
   })
+  @ApiRoute({ ok: { status: 200, description: 'The stream', sse: true }, errors: [400, 404] })
+  @ApiStreamStart()
   async runStream(
     @CurrentPrincipal() principal: Principal,
     @Param('runId') runId: string,
@@ -69,12 +71,17 @@ export class StreamsController {
   @RequireScope('read')
   // One call per connection, like every thread route: a reconnect spends from the budget.
   @RateLimited('call')
-  @ApiProduces('text/event-stream')
   @ApiOperation({
     summary:
       "Every run of a thread as Server-Sent Events, then live (runs started later included; `?minPosition=` as the thread's queries)",
     description: STREAM_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'The stream', sse: true },
+    errors: [400, 404, 429, 503],
+  })
+  @ApiStreamStart()
+  @ApiMinPosition()
   async threadStream(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,

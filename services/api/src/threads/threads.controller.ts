@@ -1,5 +1,5 @@
 import { Controller, Get, Param, Query } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { ThreadStatus } from '@runledger/domain';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
@@ -7,6 +7,8 @@ import { ApiError } from '../http/api-error';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
 import { THREAD_STATUSES, ThreadsService } from './threads.service';
+import { ApiMinPosition, ApiOptionalQuery, ApiRoute } from '../openapi/api-route.decorator';
+import { ThreadListPage, ThreadView, ToolResultText, VoiceSeed } from '../openapi/schemas';
 
 const MIN_POSITION_DOC =
   "Every query accepts `?minPosition=` (an append's `position`): it waits up to READ_WAIT_MS for the " +
@@ -19,7 +21,6 @@ function minPosition(raw: string | undefined): number | undefined {
 }
 
 @ApiTags('threads')
-@ApiBearerAuth()
 @RateLimited('call')
 @Controller('v1/threads')
 export class ThreadsController {
@@ -32,6 +33,22 @@ export class ThreadsController {
       'List threads, newest activity first (`?status=running|blocked|idle|finished&limit=&cursor=`)',
     description: MIN_POSITION_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'A page of threads', type: ThreadListPage },
+    errors: [400, 429, 503],
+  })
+  @ApiMinPosition()
+  @ApiOptionalQuery(
+    'status',
+    { type: 'string', enum: [...THREAD_STATUSES] },
+    'Only threads in this status',
+  )
+  @ApiOptionalQuery(
+    'limit',
+    { type: 'integer', minimum: 1, maximum: 100 },
+    'Page size (default 20)',
+  )
+  @ApiOptionalQuery('cursor', { type: 'string' }, 'The `nextCursor` of the previous page')
   list(
     @CurrentPrincipal() principal: Principal,
     @Query('status') status?: string,
@@ -60,6 +77,11 @@ export class ThreadsController {
       'A thread: title, status, runs, AI SDK UIMessages with tool parts, pending approvals, active tools',
     description: MIN_POSITION_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'The thread view', type: ThreadView },
+    errors: [400, 404, 429, 503],
+  })
+  @ApiMinPosition()
   view(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,
@@ -74,6 +96,11 @@ export class ThreadsController {
     summary: 'The last spoken and typed turns, oldest first: at most 20 turns and 4,000 tokens',
     description: MIN_POSITION_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'The seed for a new voice call', type: VoiceSeed },
+    errors: [400, 404, 429, 503],
+  })
+  @ApiMinPosition()
   voiceSeed(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,
@@ -90,6 +117,21 @@ export class ThreadsController {
       'with a hint naming where the rest starts, which `?offset=` then reads from',
     description: MIN_POSITION_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'The tool result as text', type: ToolResultText },
+    errors: [400, 404, 429, 503],
+  })
+  @ApiMinPosition()
+  @ApiOptionalQuery(
+    'for',
+    { type: 'string', enum: ['voice'] },
+    'Cut for a voice model, with a continuation hint',
+  )
+  @ApiOptionalQuery(
+    'offset',
+    { type: 'integer', minimum: 0 },
+    'Character to start from (default 0)',
+  )
   toolResult(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,

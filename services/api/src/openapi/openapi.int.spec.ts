@@ -1,0 +1,185 @@
+/**
+ * The OpenAPI document the running app serves at /docs-json is a contract a generator can
+ * use: valid OpenAPI 3, every route of every controller in it, every operation with its
+ * request body (when it takes one), a success schema, and every error status with the one
+ * error body; opaque bearer keys; the SSE and NDJSON media types. openapi-typescript turns
+ * it into types with a real body for every POST.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import SwaggerParser from '@apidevtools/swagger-parser';
+import { METHOD_METADATA, PATH_METADATA } from '@nestjs/common/constants';
+import { RequestMethod } from '@nestjs/common';
+import { AppModule } from '../app.module';
+import { startTestApp, type TestApp } from '../testing/test-app';
+
+interface Operation {
+  parameters?: { name: string; in: string; required?: boolean }[];
+  requestBody?: { content: Record<string, { schema?: unknown }> };
+  responses: Record<string, { content?: Record<string, { schema?: { $ref?: string } }> }>;
+  security?: Record<string, unknown>[];
+}
+/** POSTs that take no body at all: re-driving a parked event names it in the path. */
+const BODILESS_POSTS = ['post /v1/admin/mirror/parked/{eventId}/retry'];
+
+type Doc = {
+  paths: Record<string, Record<string, Operation>>;
+  components: { securitySchemes: Record<string, Record<string, unknown>> };
+};
+
+/** Every (method, path) the app's documented controllers route, as OpenAPI spells them. */
+function routesOfControllers(app: TestApp): string[] {
+  const controllers = AppModule.create(app.config, []).controllers ?? [];
+  const routes: string[] = [];
+  for (const controller of controllers) {
+    if (Reflect.getMetadata('swagger/apiExcludeController', controller)) continue;
+    const prefix = String(Reflect.getMetadata(PATH_METADATA, controller) ?? '');
+    const proto = controller.prototype as Record<string, unknown>;
+    for (const name of Object.getOwnPropertyNames(proto)) {
+      const handler = proto[name];
+      if (typeof handler !== 'function' || name === 'constructor') continue;
+      const path = Reflect.getMetadata(PATH_METADATA, handler) as string | undefined;
+      const method = Reflect.getMetadata(METHOD_METADATA, handler) as RequestMethod | undefined;
+      if (path === undefined || method === undefined) continue;
+      const full = `/${[prefix, path].filter((p) => p !== '' && p !== '/').join('/')}`
+        .replace(/\/+/g, '/')
+        .replace(/:([A-Za-z]+)/g, '{$1}');
+      routes.push(`${RequestMethod[method].toLowerCase()} ${full}`);
+    }
+  }
+  return routes.sort();
+}
+
+/** openapi-typescript's own CLI, as a consumer runs it (its ES-module dependencies stay out of jest). */
+function generateTypes(doc: Doc): string {
+  const dir = mkdtempSync(join(tmpdir(), 'runledger-openapi-'));
+  writeFileSync(join(dir, 'openapi.json'), JSON.stringify(doc));
+  const cli = join(
+    __dirname,
+    '..',
+    '..',
+    '..',
+    '..',
+    'node_modules',
+    'openapi-typescript',
+    'bin',
+    'cli.js',
+  );
+  const result = spawnSync(process.execPath, [cli, 'openapi.json', '-o', 'types.ts'], {
+    cwd: dir,
+    encoding: 'utf8',
+  });
+  if (result.status !== 0) throw new Error(`openapi-typescript failed: ${result.stderr}`);
+  return readFileSync(join(dir, 'types.ts'), 'utf8');
+}
+
+describe('OpenAPI at /docs-json', () => {
+  let app: TestApp;
+  let doc: Doc;
+  const operations = () =>
+    Object.entries(doc.paths).flatMap(([path, methods]) =>
+      Object.entries(methods).map(([method, op]) => ({ key: `${method} ${path}`, method, op })),
+    );
+
+  beforeAll(async () => {
+    app = await startTestApp();
+    const res = await app.http().get('/docs-json');
+    expect(res.status).toBe(200);
+    doc = res.body as Doc;
+  });
+  afterAll(() => app.close());
+
+  it('is a valid OpenAPI document', async () => {
+    await expect(SwaggerParser.validate(structuredClone(doc) as never)).resolves.toBeDefined();
+  });
+
+  it('documents every route of every controller, and nothing else', () => {
+    expect(
+      operations()
+        .map((o) => o.key)
+        .sort(),
+    ).toEqual(routesOfControllers(app));
+  });
+
+  it('authenticates with an opaque bearer key, not a JWT, on every operation', () => {
+    const schemes = Object.values(doc.components.securitySchemes);
+    expect(schemes).toEqual([expect.objectContaining({ type: 'http', scheme: 'bearer' })]);
+    expect(JSON.stringify(schemes)).not.toMatch(/JWT/i);
+    const [name] = Object.keys(doc.components.securitySchemes);
+    for (const { key, op } of operations()) {
+      expect({ key, security: op.security }).toEqual({ key, security: [{ [name]: [] }] });
+    }
+  });
+
+  it('gives every operation a success schema and every POST its request body', () => {
+    for (const { key, method, op } of operations()) {
+      const success = Object.entries(op.responses).filter(([status]) => /^2/.test(status));
+      expect({ key, successes: success.length }).toEqual({ key, successes: 1 });
+      const [, response] = success[0];
+      const schemas = Object.values(response.content ?? {}).map((c) => c.schema);
+      expect({ key, schema: schemas[0] }).toEqual({ key, schema: expect.any(Object) });
+      if (method === 'post' && !BODILESS_POSTS.includes(key)) {
+        const body = op.requestBody?.content['application/json']?.schema;
+        expect({ key, body }).toEqual({ key, body: expect.any(Object) });
+      }
+    }
+  });
+
+  it('documents 401 and every other error status with the error body', () => {
+    for (const { key, op } of operations()) {
+      const errors = Object.entries(op.responses).filter(([status]) => /^[45]/.test(status));
+      expect({ key, has401: errors.some(([status]) => status === '401') }).toEqual({
+        key,
+        has401: true,
+      });
+      for (const [status, response] of errors) {
+        const ref = response.content?.['application/json']?.schema?.$ref;
+        expect({ key, status, ref }).toEqual({
+          key,
+          status,
+          ref: expect.stringMatching(/#\/components\/schemas\/(ErrorBody|ModelCallRefusedBody)$/),
+        });
+      }
+    }
+  });
+
+  it('marks every query parameter optional: each has a default', () => {
+    for (const { key, op } of operations()) {
+      for (const param of (op.parameters ?? []).filter((p) => p.in === 'query')) {
+        expect({ key, param: param.name, required: param.required }).toEqual({
+          key,
+          param: param.name,
+          required: false,
+        });
+      }
+    }
+  });
+
+  it('serves streams as text/event-stream with Last-Event-ID and ?from=, replay as NDJSON', () => {
+    for (const path of ['/v1/runs/{runId}/stream', '/v1/threads/{threadId}/stream']) {
+      const op = doc.paths[path].get;
+      expect(Object.keys(op.responses['200'].content ?? {})).toEqual(['text/event-stream']);
+      const params = (op.parameters ?? []).map((p) => `${p.in}:${p.name}`);
+      expect(params).toEqual(expect.arrayContaining(['query:from', 'header:Last-Event-ID']));
+    }
+    const replay = doc.paths['/v1/runs/{runId}/replay'].get;
+    expect(Object.keys(replay.responses['200'].content ?? {})).toEqual(['application/x-ndjson']);
+  });
+
+  it('generates TypeScript types in which every POST takes a JSON body', () => {
+    const types = generateTypes(doc);
+    for (const { method, key } of operations()) {
+      if (method !== 'post' || BODILESS_POSTS.includes(key)) continue;
+      const path = key.slice('post '.length);
+      const pathBlock = types.slice(types.indexOf(`"${path}": {`));
+      const operationId = /post: operations\["([^"]+)"\]/.exec(pathBlock)?.[1];
+      const operation = types.slice(types.indexOf(`    ${String(operationId)}: {`));
+      const body = /^\s+requestBody\??: \{\s+content: \{\s+"application\/json"/m.test(
+        operation.slice(0, operation.indexOf('responses:')),
+      );
+      expect({ key, body }).toEqual({ key, body: true });
+    }
+  });
+});
