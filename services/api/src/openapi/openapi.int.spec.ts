@@ -5,13 +5,11 @@
  * error body; opaque bearer keys; the SSE and NDJSON media types. openapi-typescript turns
  * it into types with a real body for every POST.
  */
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { METHOD_METADATA, PATH_METADATA } from '@nestjs/common/constants';
 import { RequestMethod } from '@nestjs/common';
+import { OPENAPI_TYPES_FILE, typesOf } from '../../../../scripts/openapi-types';
 import { AppModule } from '../app.module';
 import { startTestApp, type TestApp } from '../testing/test-app';
 
@@ -50,29 +48,6 @@ function routesOfControllers(app: TestApp): string[] {
     }
   }
   return routes.sort();
-}
-
-/** openapi-typescript's own CLI, as a consumer runs it (its ES-module dependencies stay out of jest). */
-function generateTypes(doc: Doc): string {
-  const dir = mkdtempSync(join(tmpdir(), 'runledger-openapi-'));
-  writeFileSync(join(dir, 'openapi.json'), JSON.stringify(doc));
-  const cli = join(
-    __dirname,
-    '..',
-    '..',
-    '..',
-    '..',
-    'node_modules',
-    'openapi-typescript',
-    'bin',
-    'cli.js',
-  );
-  const result = spawnSync(process.execPath, [cli, 'openapi.json', '-o', 'types.ts'], {
-    cwd: dir,
-    encoding: 'utf8',
-  });
-  if (result.status !== 0) throw new Error(`openapi-typescript failed: ${result.stderr}`);
-  return readFileSync(join(dir, 'types.ts'), 'utf8');
 }
 
 describe('OpenAPI at /docs-json', () => {
@@ -169,7 +144,7 @@ describe('OpenAPI at /docs-json', () => {
   });
 
   it('generates TypeScript types in which every POST takes a JSON body', () => {
-    const types = generateTypes(doc);
+    const types = typesOf(doc);
     for (const { method, key } of operations()) {
       if (method !== 'post' || BODILESS_POSTS.includes(key)) continue;
       const path = key.slice('post '.length);
@@ -180,6 +155,13 @@ describe('OpenAPI at /docs-json', () => {
         operation.slice(0, operation.indexOf('responses:')),
       );
       expect({ key, body }).toEqual({ key, body: true });
+    }
+    // The client is written over these types: they must be the ones the app documents now.
+    const committed = readFileSync(OPENAPI_TYPES_FILE, 'utf8');
+    if (committed !== types) {
+      throw new Error(
+        `${OPENAPI_TYPES_FILE} is stale: run \`npm run openapi:types\` and commit the result`,
+      );
     }
   });
 });
