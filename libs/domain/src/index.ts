@@ -8,4 +8,5 @@ export * from './size-gate';
 export * from './projections';
 export * from './policy';
 export * from './receipts';
+export * from './stream-tokens';
 export * from './run-commands';
