@@ -27,6 +27,7 @@ export type Resolution = Schemas['Resolution'];
 export type ConsumeResponse = Schemas['ConsumeResponse'];
 export type SteerResponse = Schemas['SteerResponse'];
 export type StopResponse = Schemas['StopResponse'];
+export type StreamToken = Schemas['StreamTokenResponse'];
 export type ExpectedRevision = NonNullable<Schemas['AppendRequest']['expectedRevision']>;
 
 export interface RetryPolicy {
@@ -168,6 +169,14 @@ export class RunledgerClient {
   /** Consumes a one-use receipt; a second use is a RunledgerError 409 `receipt_already_used`. */
   consumeReceipt(receipt: string, toolName: string, input: unknown): Promise<ConsumeResponse> {
     return this.json('POST', '/v1/receipts/consume', { receipt, toolName, input });
+  }
+
+  /**
+   * A short-lived token for one stream, for a browser: `new EventSource(baseUrl + streamUrl)`
+   * opens it without an Authorization header.
+   */
+  streamToken(target: FollowTarget): Promise<StreamToken> {
+    return this.json('POST', '/v1/stream-tokens', target);
   }
 
   /**

@@ -277,6 +277,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/stream-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A short-lived token for one run's or thread's stream, for a browser's EventSource
+         * @description Open the stream with `?token=<token>` instead of an Authorization header (`streamUrl`). The token reads that stream only, for STREAM_TOKEN_TTL_S seconds after it was minted; a reconnect after that needs a new token.
+         */
+        post: operations["StreamTokensController_mint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/mirror/parked": {
         parameters: {
             query?: never;
@@ -479,10 +499,12 @@ export interface components {
             toolCallId?: string;
             /** @enum {string} */
             state?: "input-available" | "approval-requested" | "approval-responded" | "output-available" | "output-error" | "output-denied";
-            /** @description Any JSON */
-            input?: Record<string, never>;
-            /** @description Any JSON */
-            output?: Record<string, never>;
+            input?: ({
+                [key: string]: unknown;
+            } | unknown[] | string | number | boolean) | null;
+            output?: ({
+                [key: string]: unknown;
+            } | unknown[] | string | number | boolean) | null;
             errorText?: string;
             approval?: {
                 [key: string]: unknown;
@@ -503,8 +525,9 @@ export interface components {
             runId: string;
             toolCallId: string;
             toolName: string;
-            /** @description Any JSON */
-            input: Record<string, never>;
+            input: ({
+                [key: string]: unknown;
+            } | unknown[] | string | number | boolean) | null;
             question?: string;
             options?: string[];
             /** Format: date-time */
@@ -596,8 +619,10 @@ export interface components {
         ConsumeRequest: {
             receipt: string;
             toolName: string;
-            /** @description The exact input the approval was for (any JSON) */
-            input: Record<string, never>;
+            /** @description The exact input the approval was for */
+            input: ({
+                [key: string]: unknown;
+            } | unknown[] | string | number | boolean) | null;
         };
         ConsumeResponse: {
             /** @enum {boolean} */
@@ -608,6 +633,23 @@ export interface components {
             threadId: string;
             toolName: string;
             position: number;
+        };
+        StreamTokenRequest: {
+            /** @description The run whose stream the token opens (or threadId) */
+            runId?: string;
+            /** @description The thread whose stream the token opens (or runId) */
+            threadId?: string;
+        };
+        StreamTokenResponse: {
+            /** @description Pass as `?token=` on the stream */
+            token: string;
+            /** @enum {string} */
+            kind: "run" | "thread";
+            id: string;
+            /** Format: date-time */
+            expiresAt: string;
+            /** @example /v1/threads/thread-1/stream?token=… */
+            streamUrl: string;
         };
         ParkedEvent: {
             eventId: string;
@@ -1675,6 +1717,75 @@ export interface operations {
             };
             /** @description Not available yet (e.g. `projection_behind` with its `position`): retry. */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    StreamTokensController_mint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StreamTokenRequest"];
+            };
+        };
+        responses: {
+            /** @description The token */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StreamTokenResponse"];
+                };
+            };
+            /** @description Invalid input: `details` names each field and rule. Nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No key, or an unknown key (`unauthorized`). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The key lacks the route's scope (`forbidden`), or the request is refused as such. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unknown, or another tenant's (the same answer, by design). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): retry after `Retry-After` seconds. */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -26,6 +26,8 @@ import { ThreadsController } from './threads/threads.controller';
 import { ThreadsService } from './threads/threads.service';
 import { SseFanout } from './streams/sse-fanout.service';
 import { StreamsController } from './streams/streams.controller';
+import { StreamTokensController } from './streams/stream-tokens.controller';
+import { StreamTokens } from './streams/stream-tokens.service';
 
 @Module({})
 export class AppModule {
@@ -43,6 +45,7 @@ export class AppModule {
         CommandsController,
         HealthController,
         StreamsController,
+        StreamTokensController,
         MirrorAdminController,
       ],
       providers: [
@@ -56,6 +59,7 @@ export class AppModule {
         CommandsService,
         BodyRejections,
         SseFanout,
+        StreamTokens,
         { provide: APP_GUARD, useClass: AccessGuard },
         ...RATE_LIMIT_PROVIDERS, // after the AccessGuard: limits need the principal
         { provide: APP_FILTER, useClass: ErrorFilter },

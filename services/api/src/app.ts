@@ -8,7 +8,7 @@ import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fa
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Metrics } from '@runledger/observability';
 import { AppModule } from './app.module';
-import { API_KEY_SCHEME } from './openapi/api-route.decorator';
+import { API_KEY_SCHEME, STREAM_TOKEN_SCHEME } from './openapi/api-route.decorator';
 import type { ApiKey, AppConfig } from './config/config';
 
 export async function createApp(
@@ -32,6 +32,18 @@ export async function createApp(
       bufferLogs: false,
     },
   );
+  if (config.corsOrigins) {
+    // Browsers on the listed origins may call the API; EventSource streams use ?token=, so
+    // no credentials (cookies) are ever needed or allowed.
+    app.enableCors({
+      origin: config.corsOrigins,
+      methods: ['GET', 'POST'],
+      allowedHeaders: ['Authorization', 'Content-Type', 'Last-Event-ID', 'X-Runledger-User'],
+      exposedHeaders: ['Retry-After'],
+      credentials: false,
+      maxAge: 600,
+    });
+  }
   const fastify = app.getHttpAdapter().getInstance();
   const metrics = app.get(Metrics);
   fastify.addHook('onResponse', (request, reply, done) => {
@@ -61,6 +73,15 @@ export async function createApp(
           description: 'An opaque API key from RUNLEDGER_API_KEYS: `Authorization: Bearer <key>`',
         },
         API_KEY_SCHEME,
+      )
+      .addApiKey(
+        {
+          type: 'apiKey',
+          in: 'query',
+          name: 'token',
+          description: 'A stream token from POST /v1/stream-tokens, on that stream only',
+        },
+        STREAM_TOKEN_SCHEME,
       )
       .build(),
   );

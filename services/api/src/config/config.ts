@@ -82,6 +82,18 @@ export class EnvironmentSchema {
   RECEIPT_TTL_S = 300;
 
   @Transform(toInt)
+  @IsInt({ message: 'STREAM_TOKEN_TTL_S must be an integer between 10 and 3600' })
+  @Min(10, { message: 'STREAM_TOKEN_TTL_S must be an integer between 10 and 3600' })
+  @Max(3600, { message: 'STREAM_TOKEN_TTL_S must be an integer between 10 and 3600' })
+  STREAM_TOKEN_TTL_S = 60;
+
+  @IsOptional()
+  @Matches(/^(\*|https?:\/\/[^\s,]+(,https?:\/\/[^\s,]+)*)$/, {
+    message: 'CORS_ORIGINS must be * or a comma-separated list of origins like https://app.example',
+  })
+  CORS_ORIGINS?: string;
+
+  @Transform(toInt)
   @IsInt({ message: 'READ_WAIT_MS must be an integer between 0 and 60000' })
   @Min(0, { message: 'READ_WAIT_MS must be an integer between 0 and 60000' })
   @Max(60_000, { message: 'READ_WAIT_MS must be an integer between 0 and 60000' })
@@ -191,6 +203,8 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'POLICY_FILE',
   'RECEIPT_SECRET',
   'RECEIPT_TTL_S',
+  'STREAM_TOKEN_TTL_S',
+  'CORS_ORIGINS',
   'MAX_EVENTS_PER_APPEND',
   'LOG_LEVEL',
   'RATE_LIMIT_WINDOW_MS',
@@ -237,6 +251,10 @@ export interface AppConfig {
   /** Signs approval receipts. Unset: a secret kept in DATA_DIR (embedded default only). */
   receiptSecret?: string;
   receiptTtlSeconds: number;
+  /** How long a stream token (`?token=` on an SSE route, for browsers) opens its stream. */
+  streamTokenTtlSeconds: number;
+  /** Origins a browser may call the API from; undefined: no CORS headers (same origin only). */
+  corsOrigins?: '*' | string[];
   maxEventsPerAppend: number;
   logLevel: EnvironmentSchema['LOG_LEVEL'];
   /**
@@ -348,6 +366,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     policyFile: parsed.POLICY_FILE,
     receiptSecret: parsed.RECEIPT_SECRET,
     receiptTtlSeconds: parsed.RECEIPT_TTL_S,
+    streamTokenTtlSeconds: parsed.STREAM_TOKEN_TTL_S,
+    corsOrigins:
+      parsed.CORS_ORIGINS === undefined || parsed.CORS_ORIGINS === '*'
+        ? parsed.CORS_ORIGINS
+        : parsed.CORS_ORIGINS.split(','),
     maxEventsPerAppend: parsed.MAX_EVENTS_PER_APPEND,
     logLevel: parsed.LOG_LEVEL,
     rateLimit: {

@@ -27,6 +27,8 @@ describe('configuration', () => {
       policyFile: undefined,
       receiptSecret: undefined,
       receiptTtlSeconds: 300,
+      streamTokenTtlSeconds: 60,
+      corsOrigins: undefined,
       maxEventsPerAppend: 1000,
       logLevel: 'log',
       rateLimit: { windowMs: 10_000, calls: 30, costly: 6 },

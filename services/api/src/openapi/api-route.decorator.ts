@@ -18,6 +18,8 @@ import { ErrorBody, ModelCallRefusedBody, Problem, RecordedEvent } from './schem
 
 /** The security scheme's name in the document: an opaque bearer key, not a JWT. */
 export const API_KEY_SCHEME = 'apiKey';
+/** The alternative on streams: a stream token in `?token=` (POST /v1/stream-tokens). */
+export const STREAM_TOKEN_SCHEME = 'streamToken';
 
 const ERROR_MEANING: Record<number, string> = {
   400: 'Invalid input: `details` names each field and rule. Nothing was written.',
@@ -42,6 +44,8 @@ export interface RouteDoc {
   ok: Success;
   /** Error statuses besides 401, which every route may answer. */
   errors: number[];
+  /** A stream a browser may open with `?token=` instead of the key. */
+  streamToken?: true;
   /** A status whose body extends the error body (the 413 of a refused model call). */
   errorBodies?: Partial<Record<number, Type<ErrorBody>>>;
 }
@@ -73,6 +77,7 @@ export function ApiRoute(doc: RouteDoc): MethodDecorator {
   const errors = [401, ...doc.errors].sort((a, b) => a - b);
   return applyDecorators(
     ApiSecurity(API_KEY_SCHEME),
+    ...(doc.streamToken ? [ApiSecurity(STREAM_TOKEN_SCHEME)] : []),
     ApiExtraModels(ErrorBody, Problem, ModelCallRefusedBody, RecordedEvent),
     ...(doc.body ? [ApiBody({ type: doc.body, required: !doc.bodyOptional })] : []),
     success(doc.ok),

@@ -78,13 +78,17 @@ describe('OpenAPI at /docs-json', () => {
     ).toEqual(routesOfControllers(app));
   });
 
-  it('authenticates with an opaque bearer key, not a JWT, on every operation', () => {
-    const schemes = Object.values(doc.components.securitySchemes);
-    expect(schemes).toEqual([expect.objectContaining({ type: 'http', scheme: 'bearer' })]);
-    expect(JSON.stringify(schemes)).not.toMatch(/JWT/i);
-    const [name] = Object.keys(doc.components.securitySchemes);
+  it('authenticates with an opaque bearer key (not a JWT), streams also with ?token=', () => {
+    expect(doc.components.securitySchemes).toEqual({
+      apiKey: expect.objectContaining({ type: 'http', scheme: 'bearer' }),
+      streamToken: expect.objectContaining({ type: 'apiKey', in: 'query', name: 'token' }),
+    });
+    expect(JSON.stringify(doc.components.securitySchemes)).not.toMatch(/JWT/i);
     for (const { key, op } of operations()) {
-      expect({ key, security: op.security }).toEqual({ key, security: [{ [name]: [] }] });
+      const security = key.endsWith('/stream')
+        ? [{ apiKey: [] }, { streamToken: [] }]
+        : [{ apiKey: [] }];
+      expect({ key, security: op.security }).toEqual({ key, security });
     }
   });
 

@@ -8,6 +8,17 @@ import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { DECISIONS, EVENT_TYPES, RUN_SOURCES } from '@runledger/domain';
 
 const ANY_OBJECT = { type: 'object', additionalProperties: true } as const;
+/** Any JSON value (OpenAPI 3.0 has no `{}` Nest can emit): object, array, string, number, boolean or null. */
+const ANY_JSON = {
+  nullable: true,
+  anyOf: [
+    ANY_OBJECT,
+    { type: 'array', items: {} },
+    { type: 'string' },
+    { type: 'number' },
+    { type: 'boolean' },
+  ],
+};
 const THREAD_STATUSES = ['running', 'blocked', 'idle', 'finished'];
 const TOOL_STATES = [
   'input-available',
@@ -160,8 +171,8 @@ class MessagePart {
   @ApiPropertyOptional() text?: string;
   @ApiPropertyOptional() toolCallId?: string;
   @ApiPropertyOptional({ enum: TOOL_STATES }) state?: string;
-  @ApiPropertyOptional({ description: 'Any JSON' }) input?: unknown;
-  @ApiPropertyOptional({ description: 'Any JSON' }) output?: unknown;
+  @ApiPropertyOptional(ANY_JSON) input?: unknown;
+  @ApiPropertyOptional(ANY_JSON) output?: unknown;
   @ApiPropertyOptional() errorText?: string;
   @ApiPropertyOptional(ANY_OBJECT) approval?: Record<string, unknown>;
 }
@@ -179,7 +190,7 @@ class PendingApproval {
   @ApiProperty() runId!: string;
   @ApiProperty() toolCallId!: string;
   @ApiProperty() toolName!: string;
-  @ApiProperty({ description: 'Any JSON' }) input!: unknown;
+  @ApiProperty(ANY_JSON) input!: unknown;
   @ApiPropertyOptional() question?: string;
   @ApiPropertyOptional({ type: [String] }) options?: string[];
   @ApiProperty({ format: 'date-time' }) requestedAt!: string;
@@ -270,7 +281,7 @@ export class Resolution {
 export class ConsumeRequest {
   @ApiProperty() receipt!: string;
   @ApiProperty({ maxLength: 1024 }) toolName!: string;
-  @ApiProperty({ description: 'The exact input the approval was for (any JSON)' })
+  @ApiProperty({ ...ANY_JSON, description: 'The exact input the approval was for' })
   input!: unknown;
 }
 
@@ -305,4 +316,19 @@ export class ParkedPage {
 
 export class RedrivenEvent {
   @ApiProperty({ type: ParkedEvent }) event!: ParkedEvent;
+}
+
+export class StreamTokenRequest {
+  @ApiPropertyOptional({ description: 'The run whose stream the token opens (or threadId)' })
+  runId?: string;
+  @ApiPropertyOptional({ description: 'The thread whose stream the token opens (or runId)' })
+  threadId?: string;
+}
+
+export class StreamTokenResponse {
+  @ApiProperty({ description: 'Pass as `?token=` on the stream' }) token!: string;
+  @ApiProperty({ enum: ['run', 'thread'] }) kind!: string;
+  @ApiProperty() id!: string;
+  @ApiProperty({ format: 'date-time' }) expiresAt!: string;
+  @ApiProperty({ example: '/v1/threads/thread-1/stream?token=…' }) streamUrl!: string;
 }

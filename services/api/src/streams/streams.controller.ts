@@ -6,7 +6,7 @@
 import { Controller, Get, Headers, Param, Query, Res } from '@nestjs/common';
 import { ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply } from 'fastify';
-import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
+import { AcceptsStreamToken, CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { RunLogService } from '../runs/run-log.service';
@@ -49,11 +49,16 @@ export class StreamsController {
 
   @Get('runs/:runId/stream')
   @RequireScope('read')
+  @AcceptsStreamToken('run', 'runId')
   @ApiOperation({
     summary: "A run's events as Server-Sent Events, then live",
     description: STREAM_DOC,
   })
-  @ApiRoute({ ok: { status: 200, description: 'The stream', sse: true }, errors: [400, 404] })
+  @ApiRoute({
+    ok: { status: 200, description: 'The stream', sse: true },
+    errors: [400, 404],
+    streamToken: true,
+  })
   @ApiStreamStart()
   async runStream(
     @CurrentPrincipal() principal: Principal,
@@ -69,6 +74,7 @@ export class StreamsController {
 
   @Get('threads/:threadId/stream')
   @RequireScope('read')
+  @AcceptsStreamToken('thread', 'threadId')
   // One call per connection, like every thread route: a reconnect spends from the budget.
   @RateLimited('call')
   @ApiOperation({
@@ -79,6 +85,7 @@ export class StreamsController {
   @ApiRoute({
     ok: { status: 200, description: 'The stream', sse: true },
     errors: [400, 404, 429, 503],
+    streamToken: true,
   })
   @ApiStreamStart()
   @ApiMinPosition()
