@@ -4,6 +4,7 @@
  * `?token=`: not another thread's, not another route, not after it expired. And CORS, when
  * configured, lets the listed origins call the API.
  */
+import fc from 'fast-check';
 import { signStreamToken } from '@runledger/domain';
 import { isReader, SseReader } from '../testing/sse-reader';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
@@ -112,6 +113,30 @@ describe('stream tokens', () => {
       expect(res.status).toBe(401);
       expect(res.body.message).toContain(reason);
     }
+  });
+
+  it('answers any hostile ?token= with a JSON 401, never a 5xx or a stream', async () => {
+    const valid = (await mint(t, { threadId: 'thread-1' })).body.token as string;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(
+          fc.string(),
+          fc.base64String(),
+          fc.constant(`${valid}x`),
+          fc.constant(valid.replace('.', '..')),
+          fc.constant(valid.split('.').reverse().join('.')),
+          fc.string().map((tail) => `${valid.split('.')[0]}.${tail}`),
+        ),
+        async (token) => {
+          const res = await t
+            .http()
+            .get(`/v1/threads/thread-1/stream?token=${encodeURIComponent(token)}`);
+          expect(res.status).toBe(401);
+          expect(res.body.error).toBe('unauthorized');
+        },
+      ),
+      { numRuns: 60 },
+    );
   });
 
   it("mints nothing for another tenant's thread or a missing run (404) and names a bad body (400)", async () => {
