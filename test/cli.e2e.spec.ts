@@ -4,12 +4,11 @@
  * output, and its refusal to rebuild under a running service.
  */
 import { spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { REPO_ROOT, makeTempDir, request, startService } from './support/service-process';
-import { RunsClient, messageAdded, runStarted, type EventView } from './support/runs-client';
+import { RunledgerClient, type NewEvent, type RecordedEvent } from '@runledger/client';
+import { REPO_ROOT, makeTempDir, startService } from './support/service-process';
 
 jest.setTimeout(120_000);
 
@@ -53,6 +52,15 @@ function runCliOnTerminal(args: string[], env: Record<string, string>): Promise<
     child.once('close', (code) => resolve({ code, stdout, stderr: '' }));
   });
 }
+
+const runStarted = (threadId: string): NewEvent => ({
+  type: 'run.started',
+  data: { threadId, agent: 'e2e-agent', source: 'api' },
+});
+const messageAdded = (messageId: string, text: string): NewEvent => ({
+  type: 'message.added',
+  data: { messageId, role: 'user', text },
+});
 
 const jsonLines = (text: string) =>
   text
@@ -112,9 +120,9 @@ describe('runledger CLI: keys', () => {
     const key = entry.slice(0, entry.indexOf('='));
     const service = await startService({ dataDir: makeTempDir(), apiKeys: entry });
     try {
-      const client = new RunsClient(service.baseUrl, key);
+      const client = new RunledgerClient({ baseUrl: service.baseUrl, apiKey: key });
       await client.append('keys-run', [runStarted('keys-thread')]);
-      expect(await client.readAll('keys-run')).toHaveLength(1);
+      expect((await client.readEvents('keys-run')).events).toHaveLength(1);
     } finally {
       await service.kill('SIGTERM');
     }
@@ -125,33 +133,27 @@ describe('runledger CLI: replay, verify and rebuild on a data directory the serv
   const dataDir = makeTempDir();
   const env = { DATA_DIR: dataDir };
   const runId = 'cli-run';
-  let served: EventView[];
+  let served: RecordedEvent[];
   let threadBefore: unknown;
 
   beforeAll(async () => {
     const service = await startService({ dataDir, apiKeys: KEYS });
-    const client = new RunsClient(service.baseUrl, KEY);
+    const client = new RunledgerClient({ baseUrl: service.baseUrl, apiKey: KEY });
     await client.append(runId, [runStarted('cli-thread')]);
     for (let i = 0; i < 30; i++) {
-      await client.append(runId, [messageAdded(randomUUID(), `m-${i}`, `message ${i}`)]);
+      await client.append(runId, [messageAdded(`m-${i}`, `message ${i}`)]);
     }
-    served = await client.replay(runId);
-    const position = served[served.length - 1].position;
-    const thread = await request(
-      service.baseUrl,
-      `/v1/threads/cli-thread?minPosition=${position}`,
-      {
-        key: KEY,
-      },
-    );
-    threadBefore = await thread.json();
+    served = [];
+    for await (const event of client.replay(runId)) served.push(event);
+    threadBefore = await client.thread('cli-thread', {
+      minPosition: served[served.length - 1].position,
+    });
 
     // While the service runs, rebuild refuses and changes nothing.
     const refused = await runCli(['rebuild'], env);
     expect(refused.code).toBe(4);
     expect(refused.stderr).toContain('is in use by a running runledger service');
-    const still = await request(service.baseUrl, '/v1/threads/cli-thread', { key: KEY });
-    expect(await still.json()).toEqual(threadBefore);
+    expect(await client.thread('cli-thread')).toEqual(threadBefore);
     await service.kill('SIGTERM');
   });
 
@@ -193,8 +195,8 @@ describe('runledger CLI: replay, verify and rebuild on a data directory the serv
     expect(JSON.parse(result.stdout)).toMatchObject({ rebuilt: true });
     const service = await startService({ dataDir, apiKeys: KEYS });
     try {
-      const thread = await request(service.baseUrl, '/v1/threads/cli-thread', { key: KEY });
-      expect(await thread.json()).toEqual(threadBefore);
+      const client = new RunledgerClient({ baseUrl: service.baseUrl, apiKey: KEY });
+      expect(await client.thread('cli-thread')).toEqual(threadBefore);
     } finally {
       await service.kill('SIGTERM');
     }
