@@ -169,3 +169,146 @@ describe('OpenAPI at /docs-json', () => {
     }
   });
 });
+
+type Schema = {
+  $ref?: string;
+  type?: string;
+  properties?: Record<string, Schema>;
+  required?: string[];
+  items?: Schema;
+  allOf?: Schema[];
+  additionalProperties?: unknown;
+};
+
+/**
+ * Where `value` departs from `schema`: a required property missing, or one the schema does
+ * not list (a field the code added without documenting it). Nested objects and arrays too.
+ */
+function drift(value: unknown, schema: Schema, doc: Doc, at = '$'): string[] {
+  const resolved = schema.$ref
+    ? (doc as unknown as { components: { schemas: Record<string, Schema> } }).components.schemas[
+        schema.$ref.split('/').pop()!
+      ]
+    : schema.allOf?.length === 1
+      ? schema.allOf[0]
+      : schema;
+  if (resolved !== schema) return drift(value, resolved, doc, at);
+  if (Array.isArray(value) && schema.items) {
+    return value.flatMap((item, i) => drift(item, schema.items!, doc, `${at}[${i}]`));
+  }
+  if (value === null || typeof value !== 'object' || !schema.properties) return [];
+  const record = value as Record<string, unknown>;
+  const missing = (schema.required ?? [])
+    .filter((name) => !(name in record))
+    .map((name) => `${at}.${name} is required but absent`);
+  const extra = Object.keys(record)
+    .filter((name) => !(name in schema.properties!))
+    .map((name) => `${at}.${name} is not documented`);
+  const nested = Object.entries(record).flatMap(([name, v]) =>
+    schema.properties![name] ? drift(v, schema.properties![name], doc, `${at}.${name}`) : [],
+  );
+  return [...missing, ...extra, ...nested];
+}
+
+describe('OpenAPI schemas against what the app answers', () => {
+  let app: TestApp;
+  let doc: Doc;
+  beforeAll(async () => {
+    app = await startTestApp();
+    doc = (await app.http().get('/docs-json')).body as Doc;
+  });
+  afterAll(() => app.close());
+
+  const documented = (method: string, path: string, status: number) => {
+    const op = doc.paths[path][method];
+    return op.responses[String(status)].content!['application/json'].schema as Schema;
+  };
+
+  it('notices a missing and an undocumented field, so the check below can fail', () => {
+    const schema: Schema = {
+      type: 'object',
+      properties: {
+        runId: {},
+        events: { type: 'array', items: { $ref: '#/components/schemas/AppendedEvent' } },
+      },
+      required: ['runId', 'events'],
+    };
+    expect(
+      drift({ events: [{ id: 'e', revision: 0, position: 1, extra: true }], more: 1 }, schema, doc),
+    ).toEqual([
+      '$.runId is required but absent',
+      '$.more is not documented',
+      '$.events[0].extra is not documented',
+    ]);
+  });
+
+  it('answers every documented success with exactly the documented fields', async () => {
+    const auth = app.auth();
+    const post = (url: string, body: object) => app.http().post(url).set(auth).send(body);
+    const get = (url: string) => app.http().get(url).set(auth);
+    const calls: [string, string, number, () => Promise<{ status: number; body: unknown }>][] = [
+      [
+        'post',
+        '/v1/runs/{runId}/events',
+        201,
+        () =>
+          post('/v1/runs/doc-run/events', {
+            events: [
+              { type: 'run.started', data: { threadId: 'doc-thread', agent: 'a', source: 'api' } },
+              { type: 'turn.started', data: { turnId: 'turn-1', source: 'api' } },
+              { type: 'message.added', data: { messageId: 'm1', role: 'user', text: 'hi' } },
+              {
+                type: 'tool.started',
+                data: { toolCallId: 'tc-1', toolName: 'shell', input: { cmd: 'ls' } },
+              },
+              {
+                type: 'approval.requested',
+                data: { approvalId: 'ap-1', toolCallId: 'tc-2', toolName: 'deploy', input: {} },
+              },
+            ],
+          }),
+      ],
+      ['get', '/v1/runs/{runId}/events', 200, () => get('/v1/runs/doc-run/events')],
+      ['get', '/v1/runs/{runId}/audit', 200, () => get('/v1/runs/doc-run/audit')],
+      ['get', '/v1/threads', 200, () => get('/v1/threads?minPosition=5')],
+      ['get', '/v1/threads/{threadId}', 200, () => get('/v1/threads/doc-thread?minPosition=5')],
+      [
+        'get',
+        '/v1/threads/{threadId}/voice-seed',
+        200,
+        () => get('/v1/threads/doc-thread/voice-seed'),
+      ],
+      [
+        'post',
+        '/v1/runs/{runId}/steer',
+        201,
+        () => post('/v1/runs/doc-run/steer', { expectedTurnId: 'turn-1', instruction: 'go on' }),
+      ],
+      [
+        'post',
+        '/v1/runs/{runId}/approvals/{approvalId}/resolve',
+        201,
+        () => post('/v1/runs/doc-run/approvals/ap-1/resolve', { decision: 'allow' }),
+      ],
+      ['post', '/v1/stream-tokens', 201, () => post('/v1/stream-tokens', { runId: 'doc-run' })],
+      ['post', '/v1/runs/{runId}/stop', 201, () => post('/v1/runs/doc-run/stop', {})],
+      [
+        'post',
+        '/v1/runs/{runId}/events',
+        404,
+        () =>
+          post('/v1/runs/no-run/events', {
+            events: [{ type: 'message.added', data: { messageId: 'm', role: 'user', text: 'x' } }],
+          }),
+      ],
+    ];
+    for (const [method, path, status, call] of calls) {
+      const res = await call();
+      expect({ path, status: res.status }).toEqual({ path, status });
+      expect({ path, drift: drift(res.body, documented(method, path, status), doc) }).toEqual({
+        path,
+        drift: [],
+      });
+    }
+  });
+});
