@@ -331,6 +331,110 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/notifications": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What needs me: threads that became blocked or finished, after `?after=` (a position) or after the caller's seen cursor
+         * @description Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", title, summary, position, event, eventId, recordedAt, approvalId?, toolName?, question? }`, oldest first: one per thread transition into blocked or finished. `?user=` keeps the threads of one user (`u:<name>` as sent in X-Runledger-User, `k:<key id>`, or `me`). Answers `{ notifications, nextAfter, seen, position }`; `?limit=` (1-100, default 50), `?minPosition=`.
+         */
+        get: operations["NotificationsController_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/notifications/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What needs me, live (Server-Sent Events)
+         * @description Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", title, summary, position, event, eventId, recordedAt, approvalId?, toolName?, question? }`, oldest first: one per thread transition into blocked or finished. `?user=` keeps the threads of one user (`u:<name>` as sent in X-Runledger-User, `k:<key id>`, or `me`). Starts after `Last-Event-ID`, else `?after=`, else the caller's seen cursor, else from now; each message is `id: <position>`, `event: notification`, `data: <item>`.
+         */
+        get: operations["NotificationsController_stream"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/notifications/seen": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Mark notifications seen up to `{ position }`: the caller's cursor only moves forward
+         * @description The cursor belongs to the caller (tenant and X-Runledger-User, else the API key). Answers `{ seen }`.
+         */
+        post: operations["NotificationsController_seen"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/bindings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The tenant's bindings, oldest first (`?channel=&account=&after=&limit=&minPosition=`)
+         * @description Answers `{ bindings, nextAfter, position }`; pass `nextAfter` as `?after=` for the next page.
+         */
+        get: operations["BindingsController_list"];
+        /**
+         * Find or create the thread of a chat conversation: `{ channel, account, chat, topic?, threadId? }`
+         * @description 201 when this call bound the conversation (a new thread, or `threadId` when given), 200 when it was already bound: `{ bindingId, threadId, channel, account, chat, topic?, boundBy, boundAt, position, created }`. Idempotent under concurrency: racing calls for one conversation answer one thread. Two topics of one chat are two conversations. 409 `binding_conflict` when `threadId` names another thread than the bound one.
+         */
+        put: operations["BindingsController_bind"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/threads/{threadId}/prompt": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start a turn with the user's words: `{ text, source?, agent?, turnId?, binding? }`
+         * @description Records `message.added` (role user) and `turn.started` on the thread's open run, or on a run it starts (`run.started` first) when none is open. 201 `{ threadId, runId, turnId, messageId, runStarted, position }`. **409 `turn_active`** with `activeTurnId`, `runId` and the thread's `status` when a turn is in progress: nothing is recorded (no queueing, no steering). With `binding` (`{ channel, account, chat, topic? }`, bound to this thread) the events carry `metadata.channel`. Every event carries `metadata.user`.
+         */
+        post: operations["PromptController_prompt"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -536,6 +640,8 @@ export interface components {
         ActiveTool: {
             toolCallId: string;
             toolName: string;
+            /** @description For people, e.g. "Reading page: Roadmap"; never spoken */
+            label: string;
             runId: string;
             /** Format: date-time */
             startedAt: string;
@@ -556,10 +662,17 @@ export interface components {
             role: "user" | "assistant";
             text: string;
         };
+        VoiceSeedTool: {
+            toolCallId: string;
+            toolName: string;
+            label: string;
+        };
         VoiceSeed: {
             /** @description Oldest first */
             turns: components["schemas"]["VoiceTurn"][];
             tokenEstimate: number;
+            /** @description Running now, outside the turn budget */
+            activeTools: components["schemas"]["VoiceSeedTool"][];
         };
         ToolResultText: {
             toolCallId: string;
@@ -672,6 +785,109 @@ export interface components {
         };
         RedrivenEvent: {
             event: components["schemas"]["ParkedEvent"];
+        };
+        Notification: {
+            threadId: string;
+            runId: string;
+            /** @enum {string} */
+            kind: "blocked" | "finished";
+            /** @enum {string} */
+            state: "blocked" | "completed" | "failed" | "cancelled";
+            title: string | null;
+            summary: string;
+            position: number;
+            /** @enum {string} */
+            event: "approval.requested" | "run.finished";
+            eventId: string;
+            /** Format: date-time */
+            recordedAt: string;
+            approvalId?: string;
+            toolName?: string;
+            question?: string;
+        };
+        NotificationPage: {
+            /** @description Oldest first */
+            notifications: components["schemas"]["Notification"][];
+            /** @description Pass as `?after=` for the next page */
+            nextAfter: number;
+            /** @description The caller's seen cursor */
+            seen: number;
+            position: number;
+        };
+        SeenRequest: {
+            /** @description Mark seen up to this position */
+            position: number;
+        };
+        SeenResponse: {
+            seen: number;
+        };
+        BindingRequest: {
+            /** @example telegram */
+            channel: string;
+            account: string;
+            chat: string;
+            /** @description A forum topic or sub-thread of the chat */
+            topic?: string;
+            /** @description Bind to this thread instead of a new one */
+            threadId?: string;
+        };
+        BindingAnswer: {
+            bindingId: string;
+            threadId: string;
+            channel: string;
+            account: string;
+            chat: string;
+            topic?: string;
+            /** @description `u:<name>` or `k:<key id>` */
+            boundBy: string;
+            /** Format: date-time */
+            boundAt: string;
+            position: number;
+            /** @description True when this call bound it (201), false when found (200) */
+            created: boolean;
+        };
+        Binding: {
+            bindingId: string;
+            threadId: string;
+            channel: string;
+            account: string;
+            chat: string;
+            topic?: string;
+            /** @description `u:<name>` or `k:<key id>` */
+            boundBy: string;
+            /** Format: date-time */
+            boundAt: string;
+            position: number;
+        };
+        BindingPage: {
+            bindings: components["schemas"]["Binding"][];
+            nextAfter: number;
+            position: number;
+        };
+        ChannelKeyRef: {
+            channel: string;
+            account: string;
+            chat: string;
+            topic?: string;
+        };
+        PromptRequest: {
+            /** @description The user's words */
+            text: string;
+            /** @enum {string} */
+            source?: "typed" | "voice" | "telegram" | "api";
+            agent?: string;
+            turnId?: string;
+            /** @description A binding of this thread */
+            binding?: components["schemas"]["ChannelKeyRef"];
+        };
+        PromptAnswer: {
+            threadId: string;
+            runId: string;
+            turnId: string;
+            messageId: string;
+            /** @description True when the prompt started a run */
+            runStarted: boolean;
+            position: number;
         };
     };
     responses: never;
@@ -1914,6 +2130,420 @@ export interface operations {
             };
             /** @description Not available yet (e.g. `projection_behind` with its `position`): retry. */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    NotificationsController_list: {
+        parameters: {
+            query?: {
+                /** @description Wait (up to READ_WAIT_MS) until the projection has passed this position (an append's `position`), else 503. */
+                minPosition?: number;
+                /** @description Page size (default 50) */
+                limit?: number;
+                /** @description `me`, `u:<name>` or `k:<key id>` */
+                user?: string;
+                /** @description After this position (default: the caller's seen cursor) */
+                after?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of notifications */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NotificationPage"];
+                };
+            };
+            /** @description Invalid input: `details` names each field and rule. Nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No key, or an unknown key (`unauthorized`). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not available yet (e.g. `projection_behind` with its `position`): retry. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    NotificationsController_stream: {
+        parameters: {
+            query?: {
+                /** @description `me`, `u:<name>` or `k:<key id>` */
+                user?: string;
+                /** @description Start after this position (exclusive) */
+                after?: number;
+            };
+            header?: {
+                /** @description Resume after this position (exclusive) */
+                "Last-Event-ID"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream: `event: notification` messages */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description Invalid input: `details` names each field and rule. Nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No key, or an unknown key (`unauthorized`). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    NotificationsController_seen: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SeenRequest"];
+            };
+        };
+        responses: {
+            /** @description The cursor now */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeenResponse"];
+                };
+            };
+            /** @description Invalid input: `details` names each field and rule. Nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No key, or an unknown key (`unauthorized`). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A precondition failed: the current state is in the body. Nothing was written. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    BindingsController_list: {
+        parameters: {
+            query?: {
+                /** @description Wait (up to READ_WAIT_MS) until the projection has passed this position (an append's `position`), else 503. */
+                minPosition?: number;
+                /** @description Page size (default 50) */
+                limit?: number;
+                /** @description The `nextAfter` of the previous page */
+                after?: number;
+                /** @description Only this account */
+                account?: string;
+                /** @description Only this channel */
+                channel?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of bindings */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BindingPage"];
+                };
+            };
+            /** @description Invalid input: `details` names each field and rule. Nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No key, or an unknown key (`unauthorized`). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not available yet (e.g. `projection_behind` with its `position`): retry. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    BindingsController_bind: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BindingRequest"];
+            };
+        };
+        responses: {
+            /** @description Already bound: the existing binding */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BindingAnswer"];
+                };
+            };
+            /** @description Bound by this call (200 with `created: false` when it was already bound) */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BindingAnswer"];
+                };
+            };
+            /** @description Invalid input: `details` names each field and rule. Nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No key, or an unknown key (`unauthorized`). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The key lacks the route's scope (`forbidden`), or the request is refused as such. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unknown, or another tenant's (the same answer, by design). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A precondition failed: the current state is in the body. Nothing was written. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    PromptController_prompt: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                threadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PromptRequest"];
+            };
+        };
+        responses: {
+            /** @description The turn started */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PromptAnswer"];
+                };
+            };
+            /** @description Invalid input: `details` names each field and rule. Nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No key, or an unknown key (`unauthorized`). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The key lacks the route's scope (`forbidden`), or the request is refused as such. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unknown, or another tenant's (the same answer, by design). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A precondition failed: the current state is in the body. Nothing was written. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): retry after `Retry-After` seconds. */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

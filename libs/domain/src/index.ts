@@ -9,4 +9,8 @@ export * from './projections';
 export * from './policy';
 export * from './receipts';
 export * from './stream-tokens';
+export * from './tool-labels';
+export * from './notifications';
+export * from './bindings';
+export * from './prompt';
 export * from './run-commands';

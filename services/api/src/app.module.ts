@@ -28,6 +28,15 @@ import { SseFanout } from './streams/sse-fanout.service';
 import { StreamsController } from './streams/streams.controller';
 import { StreamTokensController } from './streams/stream-tokens.controller';
 import { StreamTokens } from './streams/stream-tokens.service';
+import { NotificationsController } from './notifications/notifications.controller';
+import { NotificationsService } from './notifications/notifications.service';
+import { NotificationKafka } from './notifications/notification-kafka.service';
+import { SurfaceService } from './surface/surface.service';
+import { ThreadDirectory } from './surface/thread-directory.service';
+import { BindingsController } from './bindings/bindings.controller';
+import { BindingsService } from './bindings/bindings.service';
+import { PromptController } from './prompt/prompt.controller';
+import { PromptService } from './prompt/prompt.service';
 
 @Module({})
 export class AppModule {
@@ -47,6 +56,9 @@ export class AppModule {
         StreamsController,
         StreamTokensController,
         MirrorAdminController,
+        NotificationsController,
+        BindingsController,
+        PromptController,
       ],
       providers: [
         { provide: APP_CONFIG, useValue: config },
@@ -60,6 +72,12 @@ export class AppModule {
         BodyRejections,
         SseFanout,
         StreamTokens,
+        SurfaceService,
+        NotificationsService,
+        NotificationKafka,
+        ThreadDirectory,
+        BindingsService,
+        PromptService,
         { provide: APP_GUARD, useClass: AccessGuard },
         ...RATE_LIMIT_PROVIDERS, // after the AccessGuard: limits need the principal
         { provide: APP_FILTER, useClass: ErrorFilter },

@@ -199,6 +199,8 @@ class PendingApproval {
 class ActiveTool {
   @ApiProperty() toolCallId!: string;
   @ApiProperty() toolName!: string;
+  @ApiProperty({ description: 'For people, e.g. "Reading page: Roadmap"; never spoken' })
+  label!: string;
   @ApiProperty() runId!: string;
   @ApiProperty({ format: 'date-time' }) startedAt!: string;
 }
@@ -219,9 +221,17 @@ class VoiceTurn {
   @ApiProperty() text!: string;
 }
 
+class VoiceSeedTool {
+  @ApiProperty() toolCallId!: string;
+  @ApiProperty() toolName!: string;
+  @ApiProperty() label!: string;
+}
+
 export class VoiceSeed {
   @ApiProperty({ type: [VoiceTurn], description: 'Oldest first' }) turns!: VoiceTurn[];
   @ApiProperty() tokenEstimate!: number;
+  @ApiProperty({ type: [VoiceSeedTool], description: 'Running now, outside the turn budget' })
+  activeTools!: VoiceSeedTool[];
 }
 
 export class ToolResultText {
@@ -331,4 +341,93 @@ export class StreamTokenResponse {
   @ApiProperty() id!: string;
   @ApiProperty({ format: 'date-time' }) expiresAt!: string;
   @ApiProperty({ example: '/v1/threads/thread-1/stream?token=…' }) streamUrl!: string;
+}
+
+export class Notification {
+  @ApiProperty() threadId!: string;
+  @ApiProperty() runId!: string;
+  @ApiProperty({ enum: ['blocked', 'finished'] }) kind!: string;
+  @ApiProperty({ enum: ['blocked', 'completed', 'failed', 'cancelled'] }) state!: string;
+  @ApiProperty({ type: 'string', nullable: true }) title!: string | null;
+  @ApiProperty() summary!: string;
+  @ApiProperty() position!: number;
+  @ApiProperty({ enum: ['approval.requested', 'run.finished'] }) event!: string;
+  @ApiProperty() eventId!: string;
+  @ApiProperty({ format: 'date-time' }) recordedAt!: string;
+  @ApiPropertyOptional() approvalId?: string;
+  @ApiPropertyOptional() toolName?: string;
+  @ApiPropertyOptional() question?: string;
+}
+
+export class NotificationPage {
+  @ApiProperty({ type: [Notification], description: 'Oldest first' })
+  notifications!: Notification[];
+  @ApiProperty({ description: 'Pass as `?after=` for the next page' }) nextAfter!: number;
+  @ApiProperty({ description: "The caller's seen cursor" }) seen!: number;
+  @ApiProperty() position!: number;
+}
+
+export class SeenRequest {
+  @ApiProperty({ minimum: 0, description: 'Mark seen up to this position' }) position!: number;
+}
+
+export class SeenResponse {
+  @ApiProperty() seen!: number;
+}
+
+export class BindingRequest {
+  @ApiProperty({ example: 'telegram' }) channel!: string;
+  @ApiProperty() account!: string;
+  @ApiProperty() chat!: string;
+  @ApiPropertyOptional({ description: 'A forum topic or sub-thread of the chat' }) topic?: string;
+  @ApiPropertyOptional({ description: 'Bind to this thread instead of a new one' })
+  threadId?: string;
+}
+
+export class Binding {
+  @ApiProperty() bindingId!: string;
+  @ApiProperty() threadId!: string;
+  @ApiProperty() channel!: string;
+  @ApiProperty() account!: string;
+  @ApiProperty() chat!: string;
+  @ApiPropertyOptional() topic?: string;
+  @ApiProperty({ description: '`u:<name>` or `k:<key id>`' }) boundBy!: string;
+  @ApiProperty({ format: 'date-time' }) boundAt!: string;
+  @ApiProperty() position!: number;
+}
+
+export class BindingAnswer extends Binding {
+  @ApiProperty({ description: 'True when this call bound it (201), false when found (200)' })
+  created!: boolean;
+}
+
+export class BindingPage {
+  @ApiProperty({ type: [Binding] }) bindings!: Binding[];
+  @ApiProperty() nextAfter!: number;
+  @ApiProperty() position!: number;
+}
+
+class ChannelKeyRef {
+  @ApiProperty() channel!: string;
+  @ApiProperty() account!: string;
+  @ApiProperty() chat!: string;
+  @ApiPropertyOptional() topic?: string;
+}
+
+export class PromptRequest {
+  @ApiProperty({ description: "The user's words" }) text!: string;
+  @ApiPropertyOptional({ enum: RUN_SOURCES }) source?: string;
+  @ApiPropertyOptional() agent?: string;
+  @ApiPropertyOptional() turnId?: string;
+  @ApiPropertyOptional({ type: ChannelKeyRef, description: 'A binding of this thread' })
+  binding?: ChannelKeyRef;
+}
+
+export class PromptAnswer {
+  @ApiProperty() threadId!: string;
+  @ApiProperty() runId!: string;
+  @ApiProperty() turnId!: string;
+  @ApiProperty() messageId!: string;
+  @ApiProperty({ description: 'True when the prompt started a run' }) runStarted!: boolean;
+  @ApiProperty() position!: number;
 }
