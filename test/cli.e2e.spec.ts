@@ -158,19 +158,19 @@ describe('runledger CLI: replay, verify and rebuild on a data directory the serv
   });
 
   it('replays the run as the same NDJSON the HTTP replay serves', async () => {
-    const result = await runCli(['replay', runId], env);
+    const result = await runCli(['replay', runId, '--tenant', 'e2e'], env);
     expect(result.code).toBe(0);
     expect(jsonLines(result.stdout)).toEqual(served);
   });
 
   it('answers exit 3 for a run that does not exist', async () => {
-    const result = await runCli(['replay', 'no-such-run'], env);
+    const result = await runCli(['replay', 'no-such-run', '--tenant', 'e2e'], env);
     expect(result.code).toBe(3);
-    expect(result.stderr).toContain(`run no-such-run not found in ${dataDir}`);
+    expect(result.stderr).toContain(`run no-such-run of tenant e2e not found in ${dataDir}`);
   });
 
   it('verifies the chain, reporting progress as JSON lines when not on a terminal', async () => {
-    const result = await runCli(['verify', runId], env);
+    const result = await runCli(['verify', runId, '--tenant', 'e2e'], env);
     expect(result.code).toBe(0);
     expect(JSON.parse(result.stdout)).toMatchObject({
       runId,
@@ -217,7 +217,7 @@ describe('runledger CLI: replay, verify and rebuild on a data directory the serv
       `%${runId}`,
     );
     db.close();
-    const result = await runCli(['verify', runId], env);
+    const result = await runCli(['verify', runId, '--tenant', 'e2e'], env);
     expect(result.code).toBe(1);
     expect(JSON.parse(result.stdout)).toMatchObject({ verified: false, firstBrokenRevision: 7 });
   });

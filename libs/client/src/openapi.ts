@@ -88,10 +88,30 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * A thread: title, status, runs, AI SDK UIMessages with tool parts, pending approvals, active tools
-         * @description Every query accepts `?minPosition=` (an append's `position`): it waits up to READ_WAIT_MS for the projection to pass it, else answers 503 `projection_behind` with the projection's `position`.
+         * A thread: title, status, runs, pending approvals, active tools, and its newest page of AI SDK UIMessages
+         * @description `messages` holds at most `?limit=` messages (default 50, at most 500), oldest first within the page, and stops before the page passes 1 MiB (it always holds at least one message); `messageCount` counts the whole thread. `page: { limit, before, hasMore }`: pass `page.before` as `?before=` for the page of older messages (null at the first message); a cursor stays valid while the thread grows. Every query accepts `?minPosition=` (an append's `position`): it waits up to READ_WAIT_MS for the projection to pass it, else answers 503 `projection_behind` with the projection's `position`.
          */
         get: operations["ThreadsController_view"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/threads/{threadId}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A whole thread's messages as NDJSON: one AI SDK UIMessage a line, oldest first
+         * @description Every query accepts `?minPosition=` (an append's `position`): it waits up to READ_WAIT_MS for the projection to pass it, else answers 503 `projection_behind` with the projection's `position`.
+         */
+        get: operations["ThreadsController_export"];
         put?: never;
         post?: never;
         delete?: never;
@@ -188,7 +208,7 @@ export interface paths {
         put?: never;
         /**
          * Resolve an approval exactly once: `{ decision: "allow" | "deny" }`
-         * @description Policy is evaluated now: an allow it forbids is recorded as a one-time deny with `downgraded: true`. The answer carries a signed one-use receipt. A second resolution answers 409 `already_resolved` with the first.
+         * @description Policy is evaluated now: an allow it forbids is recorded as a one-time deny with `downgraded: true`. Needs the `approve` scope. The answer carries a signed one-use receipt, for the resolver only: the log keeps its id and digest. A second resolution answers 409 `already_resolved` with the first (without a receipt).
          */
         post: operations["CommandsController_resolve"];
         delete?: never;
@@ -228,7 +248,7 @@ export interface paths {
         put?: never;
         /**
          * Consume a one-use receipt: `{ receipt, toolName, input }`
-         * @description Verifies the signature, expiry, tool and input digest, then consumes it once across all replicas (append to `receipt-<id>` with `no_stream`). Any later use: 409 `receipt_already_used`.
+         * @description Verifies the signature and expiry, then re-checks what the receipt is bound to, as it is now: the tool, tool call (`toolCallId`, optional) and input digest, the user it was issued to, the run still going, the approval not superseded, and the policy still allowing the tool; any of those failing is 403 `receipt_refused` with its `reason`. Then it is consumed once across all replicas (append to the tenant's `receipt-<tenant>-<id>` with `no_stream`). Any later use: 409 `receipt_already_used`.
          */
         post: operations["CommandsController_consume"];
         delete?: never;
@@ -246,7 +266,7 @@ export interface paths {
         };
         /**
          * A run's events as Server-Sent Events, then live
-         * @description Server-Sent Events: every event after `Last-Event-ID` (a position, exclusive), else after `?from=` (a position, exclusive: `?from=0` is the whole history), else from now; then live. Each message: `id: <position>`, `event: <type>`, `data: { id, type, revision, position, recordedAt, data, metadata }`. A client that falls SSE_MAX_BUFFER events behind gets `event: overflow` with `data: { resumeFrom }` and the stream closes: reconnect with `Last-Event-ID: <resumeFrom>`. `: heartbeat` comments every SSE_HEARTBEAT_MS.
+         * @description Server-Sent Events: every event after `Last-Event-ID` (a position, exclusive), else after `?from=` (a position, exclusive: `?from=0` is the whole history), else from now; then live. Each message: `id: <position>`, `event: <type>`, `data: { id, type, revision, position, recordedAt, data, metadata }`. A client with more than SSE_MAX_BUFFER_BYTES waiting for its socket, or whose socket took nothing for SSE_SEND_TIMEOUT_MS, gets `event: overflow` with `data: { resumeFrom }` and the stream closes: reconnect with `Last-Event-ID: <resumeFrom>`. `: heartbeat` comments every SSE_HEARTBEAT_MS. Each connection is a call against the rate limit; beyond SSE_MAX_STREAMS_PER_KEY or SSE_MAX_STREAMS_PER_TENANT open streams, 429.
          */
         get: operations["StreamsController_runStream"];
         put?: never;
@@ -266,7 +286,7 @@ export interface paths {
         };
         /**
          * Every run of a thread as Server-Sent Events, then live (runs started later included; `?minPosition=` as the thread's queries)
-         * @description Server-Sent Events: every event after `Last-Event-ID` (a position, exclusive), else after `?from=` (a position, exclusive: `?from=0` is the whole history), else from now; then live. Each message: `id: <position>`, `event: <type>`, `data: { id, type, revision, position, recordedAt, data, metadata }`. A client that falls SSE_MAX_BUFFER events behind gets `event: overflow` with `data: { resumeFrom }` and the stream closes: reconnect with `Last-Event-ID: <resumeFrom>`. `: heartbeat` comments every SSE_HEARTBEAT_MS.
+         * @description Server-Sent Events: every event after `Last-Event-ID` (a position, exclusive), else after `?from=` (a position, exclusive: `?from=0` is the whole history), else from now; then live. Each message: `id: <position>`, `event: <type>`, `data: { id, type, revision, position, recordedAt, data, metadata }`. A client with more than SSE_MAX_BUFFER_BYTES waiting for its socket, or whose socket took nothing for SSE_SEND_TIMEOUT_MS, gets `event: overflow` with `data: { resumeFrom }` and the stream closes: reconnect with `Last-Event-ID: <resumeFrom>`. `: heartbeat` comments every SSE_HEARTBEAT_MS. Each connection is a call against the rate limit; beyond SSE_MAX_STREAMS_PER_KEY or SSE_MAX_STREAMS_PER_TENANT open streams, 429.
          */
         get: operations["StreamsController_threadStream"];
         put?: never;
@@ -340,7 +360,7 @@ export interface paths {
         };
         /**
          * What needs me: threads that became blocked or finished, after `?after=` (a position) or after the caller's seen cursor
-         * @description Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", title, summary, position, event, eventId, recordedAt, approvalId?, toolName?, question? }`, oldest first: one per thread transition into blocked or finished. `?user=` keeps the threads of one user (`u:<name>` as sent in X-Runledger-User, `k:<key id>`, or `me`). Answers `{ notifications, nextAfter, seen, position }`; `?limit=` (1-100, default 50), `?minPosition=`.
+         * @description Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", title, summary, position, event, eventId, recordedAt, approvalId?, toolName?, question? }`, oldest first: one per thread transition into blocked or finished. `?user=` keeps the threads of one user (a user's name as recorded, `key:<key id>` for a key acting as itself, or `me`). Answers `{ notifications, nextAfter, seen, position }`; `?limit=` (1-100, default 50), `?minPosition=`.
          */
         get: operations["NotificationsController_list"];
         put?: never;
@@ -360,7 +380,7 @@ export interface paths {
         };
         /**
          * What needs me, live (Server-Sent Events)
-         * @description Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", title, summary, position, event, eventId, recordedAt, approvalId?, toolName?, question? }`, oldest first: one per thread transition into blocked or finished. `?user=` keeps the threads of one user (`u:<name>` as sent in X-Runledger-User, `k:<key id>`, or `me`). Starts after `Last-Event-ID`, else `?after=`, else the caller's seen cursor, else from now; each message is `id: <position>`, `event: notification`, `data: <item>`.
+         * @description Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", title, summary, position, event, eventId, recordedAt, approvalId?, toolName?, question? }`, oldest first: one per thread transition into blocked or finished. `?user=` keeps the threads of one user (a user's name as recorded, `key:<key id>` for a key acting as itself, or `me`). Starts after `Last-Event-ID`, else `?after=`, else the caller's seen cursor, else from now; each message is `id: <position>`, `event: notification`, `data: <item>`.
          */
         get: operations["NotificationsController_stream"];
         put?: never;
@@ -382,7 +402,7 @@ export interface paths {
         put?: never;
         /**
          * Mark notifications seen up to `{ position }`: the caller's cursor only moves forward
-         * @description The cursor belongs to the caller (tenant and X-Runledger-User, else the API key). Answers `{ seen }`.
+         * @description The cursor belongs to the caller (tenant and acting user: the key's user, the one a gateway names, else the API key). Answers `{ seen }`.
          */
         post: operations["NotificationsController_seen"];
         delete?: never;
@@ -580,6 +600,13 @@ export interface components {
             nextCursor: string | null;
             position: number;
         };
+        MessagePageInfo: {
+            /** @description Most messages the page could hold */
+            limit: number;
+            /** @description Pass as `?before=` for the page of older messages; null when none */
+            before: string | null;
+            hasMore: boolean;
+        };
         RunSummary: {
             runId: string;
             /** @enum {string} */
@@ -647,6 +674,9 @@ export interface components {
             startedAt: string;
         };
         ThreadView: {
+            /** @description Messages in the whole thread */
+            messageCount: number;
+            page: components["schemas"]["MessagePageInfo"];
             threadId: string;
             title: string | null;
             /** @enum {string} */
@@ -724,6 +754,8 @@ export interface components {
             policyRevision: string;
             /** @description Signed, one-use: pass it to /v1/receipts/consume */
             receipt: string;
+            /** @description The receipt’s id, as the log records it */
+            receiptId: string;
             /** Format: date-time */
             expiresAt: string;
             revision: number;
@@ -906,7 +938,10 @@ export interface operations {
                 /** @description Page size (default 100) */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 runId: string;
             };
@@ -955,7 +990,10 @@ export interface operations {
     RunsController_append: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 runId: string;
             };
@@ -1044,7 +1082,10 @@ export interface operations {
     RunsController_replay: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 runId: string;
             };
@@ -1084,7 +1125,10 @@ export interface operations {
     RunsController_audit: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 runId: string;
             };
@@ -1133,7 +1177,10 @@ export interface operations {
                 /** @description Wait (up to READ_WAIT_MS) until the projection has passed this position (an append's `position`), else 503. */
                 minPosition?: number;
             };
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -1189,10 +1236,17 @@ export interface operations {
     ThreadsController_view: {
         parameters: {
             query?: {
+                /** @description Messages in the page */
+                limit?: number;
                 /** @description Wait (up to READ_WAIT_MS) until the projection has passed this position (an append's `position`), else 503. */
                 minPosition?: number;
+                /** @description The `page.before` of a newer page */
+                before?: string;
             };
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 threadId: string;
             };
@@ -1256,13 +1310,89 @@ export interface operations {
             };
         };
     };
+    ThreadsController_export: {
+        parameters: {
+            query?: {
+                /** @description Wait (up to READ_WAIT_MS) until the projection has passed this position (an append's `position`), else 503. */
+                minPosition?: number;
+            };
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
+            path: {
+                threadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every message, one JSON object a line */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": components["schemas"]["UIMessage"];
+                };
+            };
+            /** @description Invalid input: `details` names each field and rule. Nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No key, or an unknown key (`unauthorized`). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unknown, or another tenant's (the same answer, by design). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not available yet (e.g. `projection_behind` with its `position`): retry. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     ThreadsController_voiceSeed: {
         parameters: {
             query?: {
                 /** @description Wait (up to READ_WAIT_MS) until the projection has passed this position (an append's `position`), else 503. */
                 minPosition?: number;
             };
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 threadId: string;
             };
@@ -1336,7 +1466,10 @@ export interface operations {
                 /** @description Wait (up to READ_WAIT_MS) until the projection has passed this position (an append's `position`), else 503. */
                 minPosition?: number;
             };
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 threadId: string;
                 toolCallId: string;
@@ -1404,7 +1537,10 @@ export interface operations {
     CommandsController_steer: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 runId: string;
             };
@@ -1484,7 +1620,10 @@ export interface operations {
     CommandsController_stop: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 runId: string;
             };
@@ -1564,7 +1703,10 @@ export interface operations {
     CommandsController_resolve: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 runId: string;
                 approvalId: string;
@@ -1648,7 +1790,10 @@ export interface operations {
                 /** @description Wait (up to READ_WAIT_MS) until the projection has passed this position (an append's `position`), else 503. */
                 minPosition?: number;
             };
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 threadId: string;
             };
@@ -1737,7 +1882,10 @@ export interface operations {
     CommandsController_consume: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -1821,6 +1969,8 @@ export interface operations {
             header?: {
                 /** @description Resume after this position (exclusive); what EventSource sends on reconnect. */
                 "Last-Event-ID"?: string;
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
             };
             path: {
                 runId: string;
@@ -1865,6 +2015,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Rate limited (`rate_limited`): retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     StreamsController_threadStream: {
@@ -1878,6 +2037,8 @@ export interface operations {
             header?: {
                 /** @description Resume after this position (exclusive); what EventSource sends on reconnect. */
                 "Last-Event-ID"?: string;
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
             };
             path: {
                 threadId: string;
@@ -1945,7 +2106,10 @@ export interface operations {
     StreamTokensController_mint: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2019,7 +2183,10 @@ export interface operations {
                 /** @description Page size (default 100) */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2075,7 +2242,10 @@ export interface operations {
     MirrorAdminController_retry: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 eventId: string;
             };
@@ -2151,7 +2321,10 @@ export interface operations {
                 /** @description After this position (default: the caller's seen cursor) */
                 after?: number;
             };
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2215,6 +2388,8 @@ export interface operations {
             header?: {
                 /** @description Resume after this position (exclusive) */
                 "Last-Event-ID"?: string;
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
             };
             path?: never;
             cookie?: never;
@@ -2262,7 +2437,10 @@ export interface operations {
     NotificationsController_seen: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2333,7 +2511,10 @@ export interface operations {
                 /** @description Only this channel */
                 channel?: string;
             };
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2389,7 +2570,10 @@ export interface operations {
     BindingsController_bind: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2476,7 +2660,10 @@ export interface operations {
     PromptController_prompt: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */
+                "X-Runledger-User"?: string;
+            };
             path: {
                 threadId: string;
             };

@@ -41,6 +41,7 @@ describe('stream tokens', () => {
       thread: 'thread-1',
       run: 'run-1',
       approvalId: 'a',
+      toolCallId: 'tc',
       decision: 'allow',
       exp: 1000,
     };

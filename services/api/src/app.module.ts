@@ -28,6 +28,7 @@ import { SseFanout } from './streams/sse-fanout.service';
 import { StreamsController } from './streams/streams.controller';
 import { StreamTokensController } from './streams/stream-tokens.controller';
 import { StreamTokens } from './streams/stream-tokens.service';
+import { StreamSlots } from './streams/stream-slots';
 import { NotificationsController } from './notifications/notifications.controller';
 import { NotificationsService } from './notifications/notifications.service';
 import { NotificationKafka } from './notifications/notification-kafka.service';
@@ -72,6 +73,7 @@ export class AppModule {
         BodyRejections,
         SseFanout,
         StreamTokens,
+        StreamSlots,
         SurfaceService,
         NotificationsService,
         NotificationKafka,

@@ -55,6 +55,7 @@ Usage: runledger <command> [options]
 
 Commands:
   replay <runId>    print every recorded event of a run as NDJSON, one event a line
+                    (--tenant <tenantId>, default dev: runs are named within their tenant)
   verify <runId>    recompute a run's hash chain; print the verdict as JSON
   rebuild           drop the read models in DATA_DIR and rebuild them from the log
   keys              generate an API key entry for RUNLEDGER_API_KEYS
@@ -77,28 +78,31 @@ interface Command {
   run(values: Values, args: string[], io: CliIo): Promise<number>;
 }
 
+/** Runs are named within their tenant; the embedded default's development tenant is `dev`. */
+const TENANT_OPTION = { tenant: { type: 'string' as const, default: 'dev' } };
+
 const COMMANDS: Record<string, Command> = {
   replay: {
-    help: `Usage: runledger replay <runId>
+    help: `Usage: runledger replay <runId> [--tenant <tenantId>]
 
 Prints every recorded event of the run to stdout, oldest first, as NDJSON: the same
 lines as GET /v1/runs/{runId}/replay. Pipe it to a file for an audit copy.
 
 ${EXIT_CODES}`,
-    options: {},
+    options: TENANT_OPTION,
     positionals: ['runId'],
-    run: (_values, [runId], io) => withRun(runId, io, replay),
+    run: (values, [runId], io) => withRun(runId, tenantOf(values), io, replay),
   },
   verify: {
-    help: `Usage: runledger verify <runId>
+    help: `Usage: runledger verify <runId> [--tenant <tenantId>]
 
 Recomputes the run's hash chain from the log and prints the verdict as JSON:
 { runId, count, headHash, verified, firstBrokenRevision }. Progress goes to stderr.
 
 ${EXIT_CODES}`,
-    options: {},
+    options: TENANT_OPTION,
     positionals: ['runId'],
-    run: (_values, [runId], io) => withRun(runId, io, verify),
+    run: (values, [runId], io) => withRun(runId, tenantOf(values), io, verify),
   },
   rebuild: {
     help: `Usage: runledger rebuild
@@ -197,14 +201,19 @@ function version(): string {
   return (JSON.parse(readFileSync(file, 'utf8')) as { version: string }).version;
 }
 
+function tenantOf(values: Values): string {
+  return String(values.tenant);
+}
+
 function configFrom(io: CliIo): AppConfig {
   return loadConfig(io.env);
 }
 
 async function withRun(
   runId: string,
+  tenantId: string,
   io: CliIo,
-  work: (runLog: RunLogService, store: EventStore, runId: string, io: CliIo) => Promise<number>,
+  work: (run: RunRef, io: CliIo) => Promise<number>,
 ): Promise<number> {
   try {
     assertRunId(runId);
@@ -214,21 +223,29 @@ async function withRun(
   const config = configFrom(io);
   const store = openEventStore(config);
   try {
-    const [first] = await store.readStream(runStream(runId), { maxCount: 1 });
+    const [first] = await store.readStream(runStream(tenantId, runId), { maxCount: 1 });
     if (!first) {
       io.stderr.write(
-        `runledger: run ${runId} not found in ${config.eventStoreUrl ?? config.dataDir}\n`,
+        `runledger: run ${runId} of tenant ${tenantId} not found in ${config.eventStoreUrl ?? config.dataDir}\n`,
       );
       return EXIT.notFound;
     }
-    return await work(new RunLogService(store, config, new Metrics()), store, runId, io);
+    const runLog = new RunLogService(store, config, new Metrics());
+    return await work({ runLog, store, tenantId, runId }, io);
   } finally {
     await store.close();
   }
 }
 
-async function replay(runLog: RunLogService, _store: EventStore, runId: string, io: CliIo) {
-  for await (const event of runLog.replay(runId)) {
+interface RunRef {
+  runLog: RunLogService;
+  store: EventStore;
+  tenantId: string;
+  runId: string;
+}
+
+async function replay({ runLog, tenantId, runId }: RunRef, io: CliIo) {
+  for await (const event of runLog.replay(tenantId, runId)) {
     if (io.stdout.write(`${JSON.stringify(event)}\n`) === false && io.stdout.once) {
       await new Promise((resolve) => io.stdout.once!('drain', resolve));
     }
@@ -236,12 +253,15 @@ async function replay(runLog: RunLogService, _store: EventStore, runId: string, 
   return EXIT.ok;
 }
 
-async function verify(runLog: RunLogService, store: EventStore, runId: string, io: CliIo) {
-  const [last] = await store.readStream(runStream(runId), { direction: 'backwards', maxCount: 1 });
+async function verify({ runLog, store, tenantId, runId }: RunRef, io: CliIo) {
+  const [last] = await store.readStream(runStream(tenantId, runId), {
+    direction: 'backwards',
+    maxCount: 1,
+  });
   const progress = new Progress('verify', 'events', last.revision + 1, io.stderr);
   const verifier = new ChainVerifier(runId);
   let seen = 0;
-  for await (const event of runLog.replay(runId)) {
+  for await (const event of runLog.replay(tenantId, runId)) {
     verifier.add(event);
     progress.update(++seen);
   }

@@ -177,7 +177,7 @@ class MessagePart {
   @ApiPropertyOptional(ANY_OBJECT) approval?: Record<string, unknown>;
 }
 
-class UIMessage {
+export class UIMessage {
   @ApiProperty() id!: string;
   @ApiProperty({ enum: ['user', 'assistant', 'system'] }) role!: string;
   @ApiProperty({ type: [MessagePart], description: 'Vercel AI SDK UIMessage parts' })
@@ -205,7 +205,20 @@ class ActiveTool {
   @ApiProperty({ format: 'date-time' }) startedAt!: string;
 }
 
+class MessagePageInfo {
+  @ApiProperty({ description: 'Most messages the page could hold' }) limit!: number;
+  @ApiProperty({
+    type: 'string',
+    nullable: true,
+    description: 'Pass as `?before=` for the page of older messages; null when none',
+  })
+  before!: string | null;
+  @ApiProperty() hasMore!: boolean;
+}
+
 export class ThreadView {
+  @ApiProperty({ description: 'Messages in the whole thread' }) messageCount!: number;
+  @ApiProperty({ type: MessagePageInfo }) page!: MessagePageInfo;
   @ApiProperty() threadId!: string;
   @ApiProperty({ type: 'string', nullable: true }) title!: string | null;
   @ApiProperty({ enum: THREAD_STATUSES }) status!: string;
@@ -283,6 +296,7 @@ export class Resolution {
   @ApiProperty() policyRevision!: string;
   @ApiProperty({ description: 'Signed, one-use: pass it to /v1/receipts/consume' })
   receipt!: string;
+  @ApiProperty({ description: 'The receipt’s id, as the log records it' }) receiptId!: string;
   @ApiProperty({ format: 'date-time' }) expiresAt!: string;
   @ApiProperty() revision!: number;
   @ApiProperty() position!: number;

@@ -1,4 +1,5 @@
-import { Controller, Get, Param, Query } from '@nestjs/common';
+import { Readable } from 'node:stream';
+import { Controller, Get, Header, Param, Query, StreamableFile } from '@nestjs/common';
 import { ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { ThreadStatus } from '@runledger/domain';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
@@ -6,9 +7,20 @@ import type { Principal } from '../auth/principal';
 import { ApiError } from '../http/api-error';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
-import { THREAD_STATUSES, ThreadsService } from './threads.service';
+import {
+  THREAD_PAGE_DEFAULT,
+  THREAD_PAGE_MAX,
+  THREAD_STATUSES,
+  ThreadsService,
+} from './threads.service';
 import { ApiMinPosition, ApiOptionalQuery, ApiRoute } from '../openapi/api-route.decorator';
-import { ThreadListPage, ThreadView, ToolResultText, VoiceSeed } from '../openapi/schemas';
+import {
+  ThreadListPage,
+  ThreadView,
+  ToolResultText,
+  UIMessage,
+  VoiceSeed,
+} from '../openapi/schemas';
 
 const MIN_POSITION_DOC =
   "Every query accepts `?minPosition=` (an append's `position`): it waits up to READ_WAIT_MS for the " +
@@ -72,22 +84,68 @@ export class ThreadsController {
 
   @Get(':threadId')
   @RequireScope('read')
+  @Header('Content-Type', 'application/json; charset=utf-8')
   @ApiOperation({
     summary:
-      'A thread: title, status, runs, AI SDK UIMessages with tool parts, pending approvals, active tools',
-    description: MIN_POSITION_DOC,
+      'A thread: title, status, runs, pending approvals, active tools, and its newest page of AI SDK UIMessages',
+    description:
+      `\`messages\` holds at most \`?limit=\` messages (default ${THREAD_PAGE_DEFAULT}, at most ${THREAD_PAGE_MAX}), ` +
+      'oldest first within the page, and stops before the page passes 1 MiB (it always holds at least one message); ' +
+      '`messageCount` counts the whole thread. `page: { limit, before, hasMore }`: ' +
+      'pass `page.before` as `?before=` for the page of older messages (null at the first message); a cursor ' +
+      'stays valid while the thread grows. ' +
+      MIN_POSITION_DOC,
   })
   @ApiRoute({
     ok: { status: 200, description: 'The thread view', type: ThreadView },
     errors: [400, 404, 429, 503],
   })
   @ApiMinPosition()
+  @ApiOptionalQuery('limit', { type: 'integer', minimum: 1 }, 'Messages in the page')
+  @ApiOptionalQuery('before', { type: 'string' }, 'The `page.before` of a newer page')
   view(
+    @CurrentPrincipal() principal: Principal,
+    @Param('threadId') threadId: string,
+    @Query('limit') limit?: string,
+    @Query('before') before?: string | string[],
+    @Query('minPosition') min?: string,
+  ) {
+    if (before !== undefined && typeof before !== 'string') {
+      const rule = 'before must be given once';
+      throw new ApiError(400, 'validation_failed', rule, [
+        { field: 'before', rule: 'isString', message: rule },
+      ]);
+    }
+    return this.threads.view(principal.tenantId, threadId, {
+      limit: queryInt('limit', limit, THREAD_PAGE_DEFAULT, 1, THREAD_PAGE_MAX),
+      before: before === '' ? undefined : before,
+      minPosition: minPosition(min),
+    });
+  }
+
+  @Get(':threadId/export')
+  @RequireScope('read')
+  @ApiOperation({
+    summary: "A whole thread's messages as NDJSON: one AI SDK UIMessage a line, oldest first",
+    description: MIN_POSITION_DOC,
+  })
+  @ApiRoute({
+    ok: { status: 200, description: 'Every message, one JSON object a line', ndjson: UIMessage },
+    errors: [400, 404, 429, 503],
+  })
+  @ApiMinPosition()
+  async export(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,
     @Query('minPosition') min?: string,
   ) {
-    return this.threads.view(principal.tenantId, threadId, minPosition(min));
+    const pages = await this.threads.export(principal.tenantId, threadId, minPosition(min));
+    const lines = async function* () {
+      for await (const page of pages) {
+        yield page.map((message) => `${message}\n`).join('');
+      }
+    };
+    return new StreamableFile(Readable.from(lines()), { type: 'application/x-ndjson' });
   }
 
   @Get(':threadId/voice-seed')
