@@ -43,7 +43,7 @@ const PURPOSE: { [K in EventType]: string } = {
     'The same tool call ends: moves its part to `output-available`, or `output-error` when `failed`. A finish with no start records the call beside its output.',
   'approval.requested': 'A tool call waits for a person: the thread becomes `blocked`.',
   'approval.resolved':
-    'The decision on an approval. Written only by `POST /v1/runs/{runId}/approvals/{approvalId}/resolve`, with the policy re-evaluated at that moment; `receipt` refers to the signed receipt handed to the resolver.',
+    'The decision on an approval. Written only by `POST /v1/runs/{runId}/approvals/{approvalId}/resolve`, with the policy re-evaluated at that moment. The bearer receipt goes to the resolver only: the log keeps its id and digest.',
   'append.rejected':
     'Audit marker the server writes when a request body was too large to read (over `BODY_MAX_BYTES`).',
 };
