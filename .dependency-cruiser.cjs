@@ -1,4 +1,4 @@
-/** The dependency rules of runledger (see ../shared/STYLE.md): the domain stays pure. */
+/** The dependency rules of runledger (docs/architecture.md, "Layers"): the domain stays pure. */
 module.exports = {
   forbidden: [
     {
@@ -21,6 +21,13 @@ module.exports = {
       severity: 'error',
       from: { path: '^libs/domain/' },
       to: { dependencyTypes: ['core'], path: '^(fs|fs/promises|net|http|https|http2|child_process|dgram|dns|tls|cluster|worker_threads|timers|node:fs|node:net|node:http|node:child_process|node:timers)$' },
+    },
+    {
+      name: 'client-stands-alone',
+      comment: '@runledger/client is published on its own: nothing of the repository but itself.',
+      severity: 'error',
+      from: { path: '^libs/client/' },
+      to: { path: '^(libs/(?!client/)|services/)' },
     },
     {
       name: 'libs-do-not-import-services',

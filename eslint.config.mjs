@@ -3,7 +3,7 @@ import tseslint from 'typescript-eslint';
 import prettier from 'eslint-config-prettier';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', '**/*.js', '**/*.mjs', '**/*.cjs', 'proto/gen/**', 'libs/mirror/src/gen/**'] },
+  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', '**/*.js', '**/*.mjs', '**/*.cjs', 'proto/gen/**', 'libs/mirror/src/gen/**', 'libs/client/src/gen/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   prettier,

@@ -1,4 +1,4 @@
-/** One jest project per test tier: unit, int, e2e, hostile, kafka. */
+/** One jest project per test tier (docs/operations.md, "Tests"): unit, int, e2e, hostile, kafka. */
 const swc = [
   '@swc/jest',
   {
@@ -10,18 +10,24 @@ const swc = [
     module: { type: 'commonjs' },
   },
 ];
+const ESM_ONLY = ['content-disposition', '@apidevtools/json-schema-ref-parser'];
 const shared = {
-  // content-disposition (under @fastify/static, which serves /docs) ships ES modules only:
-  // jest's CommonJS runtime needs it transformed like our own sources.
-  transform: { '^.+\\.ts$': swc, '/node_modules/content-disposition/.+\\.js$': swc },
-  transformIgnorePatterns: ['/node_modules/(?!content-disposition/)'],
+  // Packages that ship ES modules only: content-disposition (under @fastify/static, which
+  // serves /docs) and json-schema-ref-parser (under swagger-parser, which checks /docs-json).
+  // jest's CommonJS runtime needs them transformed like our own sources.
+  transform: { '^.+\\.ts$': swc, [`/node_modules/(${ESM_ONLY.join('|')})/.+\\.js$`]: swc },
+  transformIgnorePatterns: [`/node_modules/(?!(${ESM_ONLY.join('|')})/)`],
   moduleFileExtensions: ['ts', 'js', 'json'],
   moduleNameMapper: { '^@runledger/([a-z-]+)$': '<rootDir>/libs/$1/src' },
   testEnvironment: 'node',
 };
 module.exports = {
   projects: [
-    { ...shared, displayName: 'unit', testMatch: ['<rootDir>/{libs,services}/**/*.unit.spec.ts'] },
+    {
+      ...shared,
+      displayName: 'unit',
+      testMatch: ['<rootDir>/{libs,services,deploy}/**/*.unit.spec.ts'],
+    },
     { ...shared, displayName: 'int', testMatch: ['<rootDir>/{libs,services}/**/*.int.spec.ts'] },
     { ...shared, displayName: 'e2e', testMatch: ['<rootDir>/test/**/*.e2e.spec.ts'] },
     // Attacks on the built service as a process (docs/limits.md): every answer bounded, the

@@ -7,46 +7,16 @@
  *
  *   KAFKA_BROKERS=127.0.0.1:19092 npm run consume -- [--from-beginning] [--idle-exit-ms=5000]
  *
- * Only the generated code of proto/runledger/v1/run_event.proto and @bufbuild/protobuf are
- * used, as a service in another repository would (generate your own from the .proto).
+ * It depends only on published parts: `@runledger/client`, whose `decodeRunEvent` decodes
+ * with code generated from proto/runledger/v1/run_event.proto (a service in another
+ * language generates its own from the .proto), and kafkajs.
  */
-import { fromBinary } from '@bufbuild/protobuf';
-import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { Kafka, logLevel, type IHeaders } from 'kafkajs';
-import { RunEventSchema } from '../libs/mirror/src/gen/runledger/v1/run_event_pb';
-
-interface Decoded {
-  id: string;
-  type: string;
-  tenant: string;
-  run: string;
-  revision: number;
-  position: number;
-  recordedAt: string;
-  data: unknown;
-}
+import { decodeRunEvent } from '@runledger/client';
 
 function header(headers: IHeaders | undefined, name: string): string | undefined {
   const value = headers?.[name];
   return value === undefined ? undefined : String(value);
-}
-
-function decode(value: Buffer, contentType: string | undefined): Decoded {
-  if (contentType?.startsWith('application/json')) {
-    return JSON.parse(value.toString('utf8')) as Decoded;
-  }
-  const event = fromBinary(RunEventSchema, value);
-  return {
-    id: event.id,
-    type: event.type,
-    tenant: event.tenant,
-    run: event.run,
-    revision: Number(event.revision),
-    position: Number(event.position),
-    recordedAt: event.recordedAt ? timestampDate(event.recordedAt).toISOString() : '',
-    // data is the event's canonical JSON, exactly as recorded (and hashed).
-    data: JSON.parse(Buffer.from(event.data).toString('utf8')) as unknown,
-  };
 }
 
 /**
@@ -91,7 +61,7 @@ async function main(): Promise<void> {
     eachMessage: async ({ message, partition }) => {
       lastMessageAt = Date.now();
       if (!message.value) return;
-      const event = decode(message.value, header(message.headers, 'content-type'));
+      const event = decodeRunEvent(message.value, header(message.headers, 'content-type'));
       if (!seen.add(event.id)) {
         duplicates += 1;
         return;

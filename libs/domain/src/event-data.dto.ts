@@ -1,5 +1,5 @@
 /**
- * Strict data schemas of the v1 catalogue (../shared/DESIGN.md, "Event catalogue").
+ * Strict data schemas of the v1 catalogue (docs/events.md is generated from them).
  * Every field is declared; validation forbids the rest. These are the only schemas on the
  * write path: tests and production validate through the same classes.
  */
@@ -54,7 +54,7 @@ function NonBlankId(): PropertyDecorator {
 /**
  * Stamped into `data.truncation` of an event that was reduced to fit EVENT_MAX_BYTES, so a
  * reduced record can never be mistaken for a faithful one. Part of every schema: a reduced
- * event passes the same strict validator as any other (../shared/BACKGROUND.md §3).
+ * event passes the same strict validator as any other (docs/architecture.md, "Why it exists").
  */
 export class TruncationStamp {
   @IsInt()

@@ -40,7 +40,7 @@ const text = (required: boolean): FieldSpec => ({
 });
 const oneOf = (bogus: string): FieldSpec => ({ required: true, refused: [42, null, bogus] });
 
-/** A valid stamp of the size gate (../shared/DESIGN.md, "Size gating and truncation markers"). */
+/** A valid stamp of the size gate (docs/api.md, "Size gating"). */
 const STAMP = {
   originalByteLength: 2_000_000,
   limitBytes: 1_048_576,

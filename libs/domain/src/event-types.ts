@@ -1,6 +1,6 @@
 /**
  * The v1 event catalogue's type names. Versioned string constants, never class names
- * (../shared/STYLE.md): these strings are the wire format and live forever.
+ * (docs/architecture.md, "Choices"): these strings are the wire format and live forever.
  */
 export const EVENT_TYPES = [
   'run.started',

@@ -8,6 +8,7 @@ export * from './size-gate';
 export * from './projections';
 export * from './policy';
 export * from './receipts';
+export * from './stream-tokens';
 export * from './run-decider';
 export * from './stream-names';
 export * from './tool-labels';

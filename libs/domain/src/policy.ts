@@ -1,6 +1,6 @@
 /**
  * Tool policy, layered default → tenant → thread, evaluated when an approval is resolved
- * (../shared/BACKGROUND.md §2). Each layer may allow and deny tool names by glob. A deny in
+ * (docs/architecture.md, "Why it exists"). Each layer may allow and deny tool names by glob. A deny in
  * any layer wins, and a layer's allow list bounds every layer below it: a child layer can
  * narrow what its parent allows, never broaden it.
  */

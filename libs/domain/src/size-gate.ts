@@ -1,5 +1,5 @@
 /**
- * The size gate (../shared/DESIGN.md, "Size gating and truncation markers"; BACKGROUND.md §3):
+ * The size gate (docs/api.md, "Size gating"; docs/architecture.md):
  * measures an event and, when it would not fit the per-event limit, reduces it to an event
  * that does, still passes `validateEvent`, and says so in `data.truncation`, so a reduced
  * record can never be mistaken for a faithful one.

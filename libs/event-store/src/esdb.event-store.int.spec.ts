@@ -15,7 +15,7 @@ if (url) {
   console.warn(
     'EventStoreDB contract skipped: EVENTSTORE_URL is not set. Start a server (e.g. ' +
       'docker run -p 2113:2113 docker.kurrent.io/kurrent-latest/kurrentdb --insecure) and run ' +
-      "EVENTSTORE_URL='kurrentdb://localhost:2113?tls=false' npx jest --selectProjects int -- esdb (see the README)",
+      "EVENTSTORE_URL='kurrentdb://localhost:2113?tls=false' npx jest --selectProjects int -- esdb (see docs/operations.md, Tests)",
   );
   describe.skip('EventStore contract: EventStoreDB (set EVENTSTORE_URL to run)', () => {
     it('runs against a live server', () => undefined);

@@ -4,8 +4,9 @@
  * back. An event that cannot be encoded faithfully is refused with an `UnencodableEventError`
  * naming why; the mirror parks it instead of publishing something a consumer would misread.
  */
-import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
-import { timestampDate, timestampFromDate } from '@bufbuild/protobuf/wkt';
+import { create, toBinary } from '@bufbuild/protobuf';
+import { timestampFromDate } from '@bufbuild/protobuf/wkt';
+import type { RunEventJson } from '@runledger/client';
 import { canonicalJson, RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
 import type { RecordedEvent } from '@runledger/event-store';
 import {
@@ -32,26 +33,9 @@ export interface MirrorMessage {
   headers: Record<string, string>;
 }
 
-/** A run event as the JSON format carries it (MIRROR_FORMAT=json): the RunEvent fields, data inline. */
-export interface RunEventJson {
-  id: string;
-  type: string;
-  tenant: string;
-  thread: string;
-  run: string;
-  revision: number;
-  position: number;
-  recordedAt: string;
-  data: unknown;
-  truncation?: {
-    originalByteLength: number;
-    limitBytes: number;
-    omittedMessageCount: number;
-    clampedParts: number;
-  };
-  hash: string;
-  prevHash: string;
-}
+// The consumer's side (the JSON shape, the decoder) is published with the client; the
+// mirror encodes to the same shape.
+export { decodeRunEvent, type RunEventJson } from '@runledger/client';
 
 export class UnencodableEventError extends Error {
   readonly code = 'unencodable_event';
@@ -196,39 +180,5 @@ export function encodeRunEvent(event: RecordedEvent, format: MirrorFormat): Mirr
       position: String(fields.position),
       'content-type': CONTENT_TYPES[format],
     },
-  };
-}
-
-/**
- * A consumer's side: the RunEvent of a Kafka value in either format, with `data` parsed.
- * Chooses the format from the content-type header (protobuf when absent).
- */
-export function decodeRunEvent(
-  value: Buffer | Uint8Array,
-  contentType: string | undefined,
-): RunEventJson {
-  if (contentType?.startsWith('application/json')) {
-    return JSON.parse(Buffer.from(value).toString('utf8')) as RunEventJson;
-  }
-  const message = fromBinary(RunEventSchema, value);
-  const stamp = message.truncation;
-  return {
-    id: message.id,
-    type: message.type,
-    tenant: message.tenant,
-    thread: message.thread,
-    run: message.run,
-    revision: Number(message.revision),
-    position: Number(message.position),
-    recordedAt: message.recordedAt ? timestampDate(message.recordedAt).toISOString() : '',
-    data: JSON.parse(Buffer.from(message.data).toString('utf8')) as unknown,
-    truncation: stamp && {
-      originalByteLength: Number(stamp.originalByteLength),
-      limitBytes: Number(stamp.limitBytes),
-      omittedMessageCount: Number(stamp.omittedMessageCount),
-      clampedParts: Number(stamp.clampedParts),
-    },
-    hash: message.hash,
-    prevHash: message.prevHash,
   };
 }

@@ -4,11 +4,12 @@
  */
 import { Module, type DynamicModule } from '@nestjs/common';
 import { APP_FILTER, APP_GUARD } from '@nestjs/core';
-import { EventStoreModule, openEventStore } from '@runledger/event-store';
+import { EventStoreModule } from '@runledger/event-store';
 import { ObservabilityModule } from '@runledger/observability';
 import { AccessGuard, AccessPolicy } from './auth/access.guard';
 import { ApiKeyTable } from './auth/api-keys';
 import { APP_CONFIG, type ApiKey, type AppConfig } from './config/config';
+import { openConfiguredStore } from './config/process-config';
 import { HealthController } from './health/health.controller';
 import { ErrorFilter } from './http/error.filter';
 import { MirrorAdminController } from './mirror/mirror-admin.controller';
@@ -25,6 +26,8 @@ import { ThreadsController } from './threads/threads.controller';
 import { ThreadsService } from './threads/threads.service';
 import { SseFanout } from './streams/sse-fanout.service';
 import { StreamsController } from './streams/streams.controller';
+import { StreamTokensController } from './streams/stream-tokens.controller';
+import { StreamTokens } from './streams/stream-tokens.service';
 import { StreamSlots } from './streams/stream-slots';
 import { NotificationsController } from './notifications/notifications.controller';
 import { NotificationsService } from './notifications/notifications.service';
@@ -42,9 +45,7 @@ export class AppModule {
     return {
       module: AppModule,
       imports: [
-        EventStoreModule.forRootAsync({
-          useFactory: () => openEventStore(config),
-        }),
+        EventStoreModule.forRootAsync({ useFactory: () => openConfiguredStore(config) }),
         ObservabilityModule,
         ...mirrorImports(config), // the Kafka mirror, when KAFKA_BROKERS is set
       ],
@@ -54,6 +55,7 @@ export class AppModule {
         CommandsController,
         HealthController,
         StreamsController,
+        StreamTokensController,
         MirrorAdminController,
         NotificationsController,
         BindingsController,
@@ -70,6 +72,7 @@ export class AppModule {
         CommandsService,
         BodyRejections,
         SseFanout,
+        StreamTokens,
         StreamSlots,
         SurfaceService,
         NotificationsService,

@@ -8,6 +8,7 @@ import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fa
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Metrics } from '@runledger/observability';
 import { AppModule } from './app.module';
+import { API_KEY_SCHEME, STREAM_TOKEN_SCHEME } from './openapi/api-route.decorator';
 import { AccessPolicy } from './auth/access.guard';
 import { authenticateRequests } from './auth/authenticate.hook';
 import type { ApiKey, AppConfig } from './config/config';
@@ -49,6 +50,18 @@ export async function createApp(
       bodyParser: false,
     },
   );
+  if (config.corsOrigins) {
+    // Browsers on the listed origins may call the API; EventSource streams use ?token=, so
+    // no credentials (cookies) are ever needed or allowed.
+    app.enableCors({
+      origin: config.corsOrigins,
+      methods: ['GET', 'POST'],
+      allowedHeaders: ['Authorization', 'Content-Type', 'Last-Event-ID', 'X-Runledger-User'],
+      exposedHeaders: ['Retry-After'],
+      credentials: false,
+      maxAge: 600,
+    });
+  }
   const fastify = app.getHttpAdapter().getInstance();
   const metrics = app.get(Metrics);
   fastify.addHook('onRoute', (route) => {
@@ -77,7 +90,24 @@ export async function createApp(
         'The durable, auditable record of AI agent runs. Authenticate with `Authorization: Bearer <key>`.',
       )
       .setVersion('1')
-      .addBearerAuth()
+      .addBearerAuth(
+        {
+          type: 'http',
+          scheme: 'bearer',
+          bearerFormat: 'opaque',
+          description: 'An opaque API key from RUNLEDGER_API_KEYS: `Authorization: Bearer <key>`',
+        },
+        API_KEY_SCHEME,
+      )
+      .addApiKey(
+        {
+          type: 'apiKey',
+          in: 'query',
+          name: 'token',
+          description: 'A stream token from POST /v1/stream-tokens, on that stream only',
+        },
+        STREAM_TOKEN_SCHEME,
+      )
       .addGlobalParameters({
         in: 'header',
         name: 'X-Runledger-User',

@@ -1,6 +1,6 @@
 /**
- * Hostile input never answers 5xx and never writes partially (../shared/DESIGN.md, "Access,
- * limits, bad input"). fast-check throws random and mutated bodies, headers, ids and query
+ * Hostile input never answers 5xx and never writes partially (docs/api.md, errors;
+ * docs/architecture.md, "The write path"). fast-check throws random and mutated bodies, headers, ids and query
  * values at every route of one app with a seeded log. Every answer must be a 4xx with a JSON
  * `error`, unless the input is known valid (then a 2xx is allowed too); and the log — the whole
  * SQLite `events` table, read through its own read-only connection — must be unchanged after
@@ -494,7 +494,7 @@ function queryIntValid(raw: string | string[] | undefined, min: number, max: num
   return Number.isSafeInteger(value) && value >= min && value <= max;
 }
 
-/** The append body's verdict: the envelope rules of the README and the domain's event schemas. */
+/** The append body's verdict: the envelope rules of docs/api.md and the domain's event schemas. */
 function appendBodyVerdict(text: string): Verdict {
   const parsed = parseBody(text);
   if (!parsed || !isPlainObject(parsed.value)) return REFUSE;
@@ -814,7 +814,7 @@ const lastEventId: fc.Arbitrary<string | undefined> = fc.oneof(
   fc.string({ unit: fc.constantFrom('1', 'a', '.', '-', ' ', 'é'), maxLength: 12 }),
 );
 
-/** Where a stream starts, as the README says: Last-Event-ID wins over ?from=; both positions. */
+/** Where a stream starts, as docs/api.md says: Last-Event-ID wins over ?from=; both positions. */
 function streamStartValid(lid: string | undefined, from: string | string[] | undefined): boolean {
   const given = (raw: string | undefined) => raw !== undefined && raw.trim() !== '';
   if (given(lid)) return queryIntValid((lid as string).trim(), 0, Number.MAX_SAFE_INTEGER);
@@ -1025,7 +1025,7 @@ const charLength = (text: string) =>
 const nonBlank = (v: unknown, max = Infinity) =>
   typeof v === 'string' && v !== '' && charLength(v) <= max;
 
-/** The command bodies of the README: exactly these fields, of these types. */
+/** The command bodies of docs/api.md: exactly these fields, of these types. */
 function commandBodyValid(command: Command, body: unknown): boolean {
   if (!isPlainObject(body)) return false;
   const keys = Object.keys(body).sort().join(',');

@@ -5,11 +5,14 @@
 import type { AddressInfo } from 'node:net';
 import { createApp } from './app';
 import { provisionDevKey, shortKeyWarning } from './auth/api-keys';
+import { DataDirInUseError, DataDirLock } from './config/data-dir-lock';
 import { jsonLogger, loadConfigOrExit } from './config/process-config';
 import { mirrorStatusLine } from './mirror/mirror.imports';
 
 async function main(): Promise<void> {
   const config = loadConfigOrExit('runledger');
+  // Held until the process exits: `runledger rebuild` must not drop read models under us.
+  const lock = holdDataDir(config.dataDir);
   const logger = jsonLogger('runledger', config);
   const dev = config.apiKeys === undefined ? provisionDevKey(config.dataDir) : undefined;
   const keys = config.apiKeys ?? [dev!.key];
@@ -17,6 +20,7 @@ async function main(): Promise<void> {
   if (warning) console.warn(warning);
   const app = await createApp(config, keys, logger);
   app.enableShutdownHooks();
+  process.once('exit', () => lock.release());
   await app.listen(config.port, config.host);
   // The bound port, not the configured one: PORT=0 asks the OS for a free port.
   const { port } = app.getHttpServer().address() as AddressInfo;
@@ -30,6 +34,16 @@ async function main(): Promise<void> {
     );
   } else {
     console.log('authenticate with: Authorization: Bearer <a key from RUNLEDGER_API_KEYS>');
+  }
+}
+
+function holdDataDir(dataDir: string): DataDirLock {
+  try {
+    return DataDirLock.acquire(dataDir);
+  } catch (error) {
+    if (!(error instanceof DataDirInUseError)) throw error;
+    console.error(`runledger: ${error.message}`);
+    process.exit(1);
   }
 }
 

@@ -6,12 +6,13 @@
  */
 import { Module, type DynamicModule } from '@nestjs/common';
 import { APP_FILTER, APP_GUARD } from '@nestjs/core';
-import { EventStoreModule, openEventStore } from '@runledger/event-store';
+import { EventStoreModule } from '@runledger/event-store';
 import { MirrorModule, type MirrorSettings } from '@runledger/mirror';
 import { ObservabilityModule } from '@runledger/observability';
 import { AccessGuard, AccessPolicy } from '../../api/src/auth/access.guard';
 import { ApiKeyTable } from '../../api/src/auth/api-keys';
 import { APP_CONFIG, type ApiKey, type AppConfig } from '../../api/src/config/config';
+import { openConfiguredStore } from '../../api/src/config/process-config';
 import { MirrorAdminController } from '../../api/src/mirror/mirror-admin.controller';
 import { MirrorErrorFilter } from './mirror-error.filter';
 import { HealthController } from '../../api/src/health/health.controller';
@@ -31,7 +32,7 @@ export class MirrorAppModule {
     return {
       module: MirrorAppModule,
       imports: [
-        EventStoreModule.forRootAsync({ useFactory: () => openEventStore(config) }),
+        EventStoreModule.forRootAsync({ useFactory: () => openConfiguredStore(config) }),
         ObservabilityModule,
         MirrorModule.forRoot(settings),
       ],

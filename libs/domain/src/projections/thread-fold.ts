@@ -1,5 +1,5 @@
 /**
- * The thread view's fold (../shared/DESIGN.md, "Projections"): recorded events in, the
+ * The thread view's fold (docs/architecture.md, "The read side"): recorded events in, the
  * thread's state out. The projector applies it live and a rebuild applies it to the same
  * events from scratch, so the two agree (BACKGROUND.md §1 and §4 shaped the tool rules).
  *

@@ -30,6 +30,34 @@ export function routeAccess(config: unknown): Access | undefined {
   return access !== undefined && ('public' in access || 'scope' in access) ? access : undefined;
 }
 
+export const STREAM_TOKEN_KEY = 'runledger:stream-token';
+export interface StreamTokenRoute {
+  kind: 'run' | 'thread';
+  /** The path parameter the token's id must match. */
+  param: string;
+}
+
+/**
+ * A stream that needs the `read` scope, or, from a browser's EventSource that cannot send
+ * an Authorization header, a stream token for this route's run or thread as `?token=`.
+ */
+export const ReadOrStreamToken = (kind: 'run' | 'thread', param: string) =>
+  applyDecorators(
+    SetMetadata(ACCESS_KEY, { scope: 'read' } satisfies Access),
+    SetMetadata(STREAM_TOKEN_KEY, { kind, param } satisfies StreamTokenRoute),
+    RouteConfig({ access: { scope: 'read' }, streamToken: { kind, param } }),
+  );
+
+/** True when a request may authenticate with `?token=`: such a route, and no Authorization. */
+export function usesStreamToken(request: FastifyRequest): boolean {
+  const route = (request.routeOptions.config as { streamToken?: StreamTokenRoute } | undefined)
+    ?.streamToken;
+  const token = (request.query as Record<string, unknown> | undefined)?.token;
+  return (
+    route !== undefined && request.headers.authorization === undefined && typeof token === 'string'
+  );
+}
+
 export const CurrentPrincipal = createParamDecorator(
   (_: unknown, context: ExecutionContext): Principal => {
     const principal = context.switchToHttp().getRequest<FastifyRequest>().principal;

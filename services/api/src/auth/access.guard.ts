@@ -6,12 +6,13 @@
  * of a run or thread is decided where the run is read, and answered 404 so a foreign id
  * reveals nothing.
  */
-import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
+import { Injectable, Optional, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import type { FastifyRequest } from 'fastify';
 import type { Scope } from '../config/config';
 import { ApiError } from '../http/api-error';
-import { ACCESS_KEY, type Access } from './access.decorators';
+import { StreamTokens } from '../streams/stream-tokens.service';
+import { ACCESS_KEY, STREAM_TOKEN_KEY, type Access } from './access.decorators';
 import { actorOf } from './acting-user';
 import { ApiKeyTable } from './api-keys';
 import type { Principal } from './principal';
@@ -49,6 +50,8 @@ export class AccessGuard implements CanActivate {
   constructor(
     private readonly reflector: Reflector,
     private readonly policy: AccessPolicy,
+    /** In the api, which serves streams; the standalone mirror serves none. */
+    @Optional() private readonly streamTokens?: StreamTokens,
   ) {}
 
   canActivate(context: ExecutionContext): boolean {
@@ -60,9 +63,26 @@ export class AccessGuard implements CanActivate {
       throw new ApiError(403, 'forbidden', 'this route declares no access rule');
     if ('public' in access) return true;
     const request = context.switchToHttp().getRequest<FastifyRequest>();
-    const principal = this.policy.principalFor(request, access.scope);
+    const principal =
+      this.streamTokenPrincipal(context, request) ??
+      this.policy.principalFor(request, access.scope);
     request.principal = principal;
     request.actor = actorOf(principal, request.headers);
     return true;
+  }
+
+  /** A browser's `?token=` on a stream that accepts one, when no Authorization is sent. */
+  private streamTokenPrincipal(context: ExecutionContext, request: FastifyRequest) {
+    const accepts = this.reflector.get<{ kind: 'run' | 'thread'; param: string } | undefined>(
+      STREAM_TOKEN_KEY,
+      context.getHandler(),
+    );
+    const token = (request.query as Record<string, unknown> | undefined)?.token;
+    if (!accepts || !this.streamTokens || request.headers.authorization !== undefined) {
+      return undefined;
+    }
+    if (typeof token !== 'string') return undefined;
+    const id = (request.params as Record<string, string>)[accepts.param];
+    return this.streamTokens.principalFor(token, accepts.kind, id);
   }
 }

@@ -9,7 +9,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Metrics } from '@runledger/observability';
 import { ApiError } from '../http/api-error';
 import { lingerUnread } from '../http/request-guards';
-import { routeAccess } from './access.decorators';
+import { routeAccess, usesStreamToken } from './access.decorators';
 import type { AccessPolicy } from './access.guard';
 
 function isPublic(request: FastifyRequest): boolean {
@@ -23,7 +23,9 @@ export function authenticateRequests(
   metrics: Metrics,
 ): void {
   fastify.addHook('onRequest', (request, reply, done) => {
-    if (isPublic(request)) {
+    // A browser's stream token is checked by the AccessGuard against the route's run or
+    // thread; a bad one is answered 401 there, before anything is streamed.
+    if (isPublic(request) || usesStreamToken(request)) {
       done();
       return;
     }

@@ -1,5 +1,5 @@
 import { Body, Controller, Get, Put, Query, Req, Res } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { ApiOperation, ApiResponse, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { RequireScope } from '../auth/access.decorators';
 import { ApiError } from '../http/api-error';
@@ -8,6 +8,8 @@ import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
 import { CHANNEL_FIELD_MAX, CHANNEL_PATTERN } from './binding-bodies';
 import { BindingsService } from './bindings.service';
+import { ApiMinPosition, ApiOptionalQuery, ApiRoute } from '../openapi/api-route.decorator';
+import { BindingAnswer, BindingPage, BindingRequest } from '../openapi/schemas';
 
 function filter(
   name: string,
@@ -30,7 +32,6 @@ function filter(
 }
 
 @ApiTags('bindings')
-@ApiBearerAuth()
 @RateLimited('call')
 @Controller('v1/bindings')
 export class BindingsController {
@@ -46,6 +47,20 @@ export class BindingsController {
       'already bound: `{ bindingId, threadId, channel, account, chat, topic?, boundBy, boundAt, position, created }`. ' +
       'Idempotent under concurrency: racing calls for one conversation answer one thread. Two topics of one chat ' +
       'are two conversations. 409 `binding_conflict` when `threadId` names another thread than the bound one.',
+  })
+  @ApiRoute({
+    body: BindingRequest,
+    ok: {
+      status: 201,
+      description: 'Bound by this call (200 with `created: false` when it was already bound)',
+      type: BindingAnswer,
+    },
+    errors: [400, 403, 404, 409, 429],
+  })
+  @ApiResponse({
+    status: 200,
+    description: 'Already bound: the existing binding',
+    type: BindingAnswer,
   })
   async bind(
     @Req() request: FastifyRequest,
@@ -65,6 +80,23 @@ export class BindingsController {
     description:
       'Answers `{ bindings, nextAfter, position }`; pass `nextAfter` as `?after=` for the next page.',
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'A page of bindings', type: BindingPage },
+    errors: [400, 429, 503],
+  })
+  @ApiOptionalQuery('channel', { type: 'string' }, 'Only this channel')
+  @ApiOptionalQuery('account', { type: 'string' }, 'Only this account')
+  @ApiOptionalQuery(
+    'after',
+    { type: 'integer', minimum: 0 },
+    'The `nextAfter` of the previous page',
+  )
+  @ApiOptionalQuery(
+    'limit',
+    { type: 'integer', minimum: 1, maximum: 100 },
+    'Page size (default 50)',
+  )
+  @ApiMinPosition()
   list(
     @Req() request: FastifyRequest,
     @Query('channel') channel?: string | string[],

@@ -1,17 +1,27 @@
 import { Body, Controller, HttpCode, Param, Post, Query, Req } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { FastifyRequest } from 'fastify';
 import { RequireScope } from '../auth/access.decorators';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
 import { CommandsService, type Caller } from './commands.service';
+import { ApiMinPosition, ApiRoute } from '../openapi/api-route.decorator';
+import {
+  ConsumeRequest,
+  ConsumeResponse,
+  DecisionRequest,
+  Resolution,
+  SteerRequest,
+  SteerResponse,
+  StopRequest,
+  StopResponse,
+} from '../openapi/schemas';
 
 export function callerOf(request: FastifyRequest): Caller {
   return { tenantId: request.principal!.tenantId, user: request.actor!.name };
 }
 
 @ApiTags('commands')
-@ApiBearerAuth()
 @Controller('v1')
 export class CommandsController {
   constructor(private readonly commands: CommandsService) {}
@@ -29,6 +39,11 @@ export class CommandsController {
       'command changed the run first while the turn is still active: read and decide again; every other ' +
       'error must be surfaced, never turned into a fresh turn.',
   })
+  @ApiRoute({
+    body: SteerRequest,
+    ok: { status: 201, description: 'The instruction is in the active turn', type: SteerResponse },
+    errors: [400, 403, 404, 409, 429],
+  })
   steer(@Req() request: FastifyRequest, @Param('runId') runId: string, @Body() body: unknown) {
     return this.commands.steer(callerOf(request), runId, body);
   }
@@ -40,6 +55,12 @@ export class CommandsController {
   @ApiOperation({
     summary:
       'Stop a run: `{ reason? }` (the body is optional) finishes it as cancelled; a finished run answers 409 with its status',
+  })
+  @ApiRoute({
+    body: StopRequest,
+    bodyOptional: true,
+    ok: { status: 201, description: 'The run finished as cancelled', type: StopResponse },
+    errors: [400, 403, 404, 409, 429],
   })
   stop(@Req() request: FastifyRequest, @Param('runId') runId: string, @Body() body: unknown) {
     return this.commands.stop(callerOf(request), runId, body);
@@ -55,6 +76,11 @@ export class CommandsController {
       'Policy is evaluated now: an allow it forbids is recorded as a one-time deny with `downgraded: true`. ' +
       'Needs the `approve` scope. The answer carries a signed one-use receipt, for the resolver only: the log ' +
       'keeps its id and digest. A second resolution answers 409 `already_resolved` with the first (without a receipt).',
+  })
+  @ApiRoute({
+    body: DecisionRequest,
+    ok: { status: 201, description: 'Resolved, with the receipt', type: Resolution },
+    errors: [400, 403, 404, 409, 429],
   })
   resolve(
     @Req() request: FastifyRequest,
@@ -74,6 +100,12 @@ export class CommandsController {
     description:
       'With several pending: 409 `ambiguous` listing up to 4, and nothing is resolved. Accepts `?minPosition=`.',
   })
+  @ApiRoute({
+    body: DecisionRequest,
+    ok: { status: 201, description: 'The only pending approval, resolved', type: Resolution },
+    errors: [400, 403, 404, 409, 429, 503],
+  })
+  @ApiMinPosition()
   answer(
     @Req() request: FastifyRequest,
     @Param('threadId') threadId: string,
@@ -99,6 +131,11 @@ export class CommandsController {
       'the approval not superseded, and the policy still allowing the tool; any of those failing is 403 ' +
       '`receipt_refused` with its `reason`. Then it is consumed once across all replicas (append to the ' +
       "tenant's `receipt-<tenant>-<id>` with `no_stream`). Any later use: 409 `receipt_already_used`.",
+  })
+  @ApiRoute({
+    body: ConsumeRequest,
+    ok: { status: 200, description: 'Consumed, once', type: ConsumeResponse },
+    errors: [400, 403, 404, 409, 429],
   })
   consume(@Req() request: FastifyRequest, @Body() body: unknown) {
     return this.commands.consume(callerOf(request), body);

@@ -1,5 +1,5 @@
 /**
- * Commands with preconditions (../shared/DESIGN.md): steer, stop, resolve an approval once,
+ * Commands with preconditions (docs/api.md): steer, stop, resolve an approval once,
  * answer "yes" safely, and consume a one-use receipt. Each is a decider in libs/domain
  * (run-decider.ts); `decideAndAppend` is the one handler that reads the run's own stream,
  * decides, and appends with the revision it read, deciding again when another writer moved

@@ -1,7 +1,7 @@
 /**
  * Every setting of runledger, read from the environment once at start-up and validated
  * against one schema. A bad value stops the process with a message naming the variable
- * and the rule it broke (README "Configuration" lists them all with their defaults).
+ * and the rule it broke (docs/configuration.md lists them all with their defaults).
  */
 import 'reflect-metadata';
 import { plainToInstance, Transform } from 'class-transformer';
@@ -55,6 +55,12 @@ export class EnvironmentSchema {
   })
   EVENTSTORE_URL?: string;
 
+  @Transform(toInt)
+  @IsInt({ message: 'STORE_STARTUP_TIMEOUT_MS must be an integer between 0 and 600000' })
+  @Min(0, { message: 'STORE_STARTUP_TIMEOUT_MS must be an integer between 0 and 600000' })
+  @Max(600_000, { message: 'STORE_STARTUP_TIMEOUT_MS must be an integer between 0 and 600000' })
+  STORE_STARTUP_TIMEOUT_MS = 60_000;
+
   @IsIn(['FULL', 'NORMAL'], { message: 'SQLITE_SYNCHRONOUS must be FULL or NORMAL' })
   SQLITE_SYNCHRONOUS: 'FULL' | 'NORMAL' = 'FULL';
 
@@ -85,6 +91,18 @@ export class EnvironmentSchema {
   @Min(1, { message: 'RECEIPT_TTL_S must be an integer between 1 and 86400' })
   @Max(86_400, { message: 'RECEIPT_TTL_S must be an integer between 1 and 86400' })
   RECEIPT_TTL_S = 300;
+
+  @Transform(toInt)
+  @IsInt({ message: 'STREAM_TOKEN_TTL_S must be an integer between 10 and 3600' })
+  @Min(10, { message: 'STREAM_TOKEN_TTL_S must be an integer between 10 and 3600' })
+  @Max(3600, { message: 'STREAM_TOKEN_TTL_S must be an integer between 10 and 3600' })
+  STREAM_TOKEN_TTL_S = 60;
+
+  @IsOptional()
+  @Matches(/^(\*|https?:\/\/[^\s,]+(,https?:\/\/[^\s,]+)*)$/, {
+    message: 'CORS_ORIGINS must be * or a comma-separated list of origins like https://app.example',
+  })
+  CORS_ORIGINS?: string;
 
   @Transform(toInt)
   @IsInt({ message: 'READ_WAIT_MS must be an integer between 0 and 60000' })
@@ -261,6 +279,7 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'DATA_DIR',
   'RUNLEDGER_API_KEYS',
   'EVENTSTORE_URL',
+  'STORE_STARTUP_TIMEOUT_MS',
   'SQLITE_SYNCHRONOUS',
   'BODY_MAX_BYTES',
   'EVENT_MAX_BYTES',
@@ -268,6 +287,8 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'POLICY_FILE',
   'RECEIPT_SECRET',
   'RECEIPT_TTL_S',
+  'STREAM_TOKEN_TTL_S',
+  'CORS_ORIGINS',
   'MAX_EVENTS_PER_APPEND',
   'LOG_LEVEL',
   'RATE_LIMIT_WINDOW_MS',
@@ -327,6 +348,8 @@ export interface AppConfig {
   /** Undefined when RUNLEDGER_API_KEYS is unset: start-up then provisions a development key. */
   apiKeys?: ApiKey[];
   eventStoreUrl?: string;
+  /** How long start-up waits for an unreachable store (KurrentDB still starting) before exiting. */
+  storeStartupTimeoutMs: number;
   sqliteSynchronous: 'FULL' | 'NORMAL';
   bodyMaxBytes: number;
   /** An event's canonical JSON above this is reduced to fit (default: EventStoreDB's append ceiling). */
@@ -338,6 +361,10 @@ export interface AppConfig {
   /** Signs approval receipts. Unset: a secret kept in DATA_DIR (embedded default only). */
   receiptSecret?: string;
   receiptTtlSeconds: number;
+  /** How long a stream token (`?token=` on an SSE route, for browsers) opens its stream. */
+  streamTokenTtlSeconds: number;
+  /** Origins a browser may call the API from; undefined: no CORS headers (same origin only). */
+  corsOrigins?: '*' | string[];
   maxEventsPerAppend: number;
   logLevel: EnvironmentSchema['LOG_LEVEL'];
   /**
@@ -551,6 +578,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     apiKeys:
       parsed.RUNLEDGER_API_KEYS === undefined ? undefined : parseApiKeys(parsed.RUNLEDGER_API_KEYS),
     eventStoreUrl: parsed.EVENTSTORE_URL,
+    storeStartupTimeoutMs: parsed.STORE_STARTUP_TIMEOUT_MS,
     sqliteSynchronous: parsed.SQLITE_SYNCHRONOUS,
     bodyMaxBytes: parsed.BODY_MAX_BYTES,
     eventMaxBytes: parsed.EVENT_MAX_BYTES,
@@ -558,6 +586,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     policyFile: parsed.POLICY_FILE,
     receiptSecret: parsed.RECEIPT_SECRET,
     receiptTtlSeconds: parsed.RECEIPT_TTL_S,
+    streamTokenTtlSeconds: parsed.STREAM_TOKEN_TTL_S,
+    corsOrigins:
+      parsed.CORS_ORIGINS === undefined || parsed.CORS_ORIGINS === '*'
+        ? parsed.CORS_ORIGINS
+        : parsed.CORS_ORIGINS.split(','),
     maxEventsPerAppend: parsed.MAX_EVENTS_PER_APPEND,
     logLevel: parsed.LOG_LEVEL,
     rateLimit: {

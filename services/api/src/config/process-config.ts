@@ -2,7 +2,8 @@
  * What every runledger process does first: read the configuration, stopping with a message
  * that names the variable when a value is bad, and log as JSON lines at LOG_LEVEL.
  */
-import { ConsoleLogger } from '@nestjs/common';
+import { ConsoleLogger, Logger } from '@nestjs/common';
+import { openEventStoreWhenReady, type EventStore, type StoreWait } from '@runledger/event-store';
 import { ConfigError, loadConfig, type AppConfig } from './config';
 
 const LEVELS = ['error', 'warn', 'log', 'debug', 'verbose'] as const;
@@ -24,4 +25,20 @@ export function jsonLogger(program: string, config: AppConfig): ConsoleLogger {
     json: true,
     logLevels: LEVELS.slice(0, LEVELS.indexOf(config.logLevel) + 1),
   });
+}
+
+/**
+ * The configured store, once it answers: a service started beside KurrentDB waits up to
+ * STORE_STARTUP_TIMEOUT_MS for it, saying so at each retry, instead of exiting.
+ */
+export function openConfiguredStore(config: AppConfig): Promise<EventStore> {
+  const logger = new Logger('EventStore');
+  const wait: StoreWait = {
+    timeoutMs: config.storeStartupTimeoutMs,
+    onRetry: ({ attempt, delayMs, error }) =>
+      logger.warn(
+        `the event store is not answering (attempt ${attempt}): ${error.message}; retrying in ${delayMs} ms`,
+      ),
+  };
+  return openEventStoreWhenReady(config, wait);
 }

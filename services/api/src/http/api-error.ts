@@ -1,6 +1,6 @@
 /**
  * The one error shape every route answers: `{ error, message, details? }` with a stable
- * machine-readable `error` code and a status from DESIGN.md. A few refusals carry more
+ * machine-readable `error` code and a status listed in docs/api.md. A few refusals carry more
  * top-level fields that their contract names (the 413 of an oversize model call).
  *
  * An error body stays small whatever the input: a list of problems keeps its first

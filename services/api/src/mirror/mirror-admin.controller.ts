@@ -5,15 +5,16 @@
  * data); another tenant's event id answers 404.
  */
 import { Controller, Get, HttpCode, Optional, Param, Post, Query } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { ApiOperation, ApiTags } from '@nestjs/swagger';
 import { MirrorService, ParkedEventNotFoundError, StillParkedError } from '@runledger/mirror';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
 import { ApiError } from '../http/api-error';
 import { queryInt } from '../runs/runs.controller';
+import { ApiOptionalQuery, ApiRoute } from '../openapi/api-route.decorator';
+import { ParkedPage, RedrivenEvent } from '../openapi/schemas';
 
 @ApiTags('admin')
-@ApiBearerAuth()
 @Controller('v1/admin/mirror')
 export class MirrorAdminController {
   constructor(@Optional() private readonly mirror?: MirrorService) {}
@@ -24,6 +25,20 @@ export class MirrorAdminController {
     summary:
       'Run events the Kafka mirror parked (cannot be encoded, or refused by the broker), oldest first',
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'Parked events, oldest first', type: ParkedPage },
+    errors: [400, 403, 503],
+  })
+  @ApiOptionalQuery(
+    'after',
+    { type: 'integer', minimum: 0 },
+    'The `nextAfter` of the previous page',
+  )
+  @ApiOptionalQuery(
+    'limit',
+    { type: 'integer', minimum: 1, maximum: 1000 },
+    'Page size (default 100)',
+  )
   list(
     @CurrentPrincipal() principal: Principal,
     @Query('after') after?: string,
@@ -47,6 +62,10 @@ export class MirrorAdminController {
   @ApiOperation({
     summary:
       'Re-drive a parked event: publish it again, alone; 200 once the broker acknowledged, 409 `still_parked` with the reason otherwise',
+  })
+  @ApiRoute({
+    ok: { status: 200, description: 'Published and acknowledged', type: RedrivenEvent },
+    errors: [403, 404, 409, 503],
   })
   async retry(@CurrentPrincipal() principal: Principal, @Param('eventId') eventId: string) {
     const mirror = this.running();

@@ -1,5 +1,5 @@
 import { Body, Controller, Get, Headers, HttpCode, Post, Query, Req, Res } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiProduces, ApiTags } from '@nestjs/swagger';
+import { ApiHeader, ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
@@ -10,6 +10,8 @@ import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
 import { StreamSlots } from '../streams/stream-slots';
 import { NotificationsService } from './notifications.service';
+import { ApiMinPosition, ApiOptionalQuery, ApiRoute } from '../openapi/api-route.decorator';
+import { NotificationPage, SeenRequest, SeenResponse } from '../openapi/schemas';
 
 const ITEM_DOC =
   'Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", ' +
@@ -37,7 +39,6 @@ function position(name: string, raw: string | string[] | undefined): number | un
 }
 
 @ApiTags('notifications')
-@ApiBearerAuth()
 @RateLimited('call')
 @Controller('v1/notifications')
 export class NotificationsController {
@@ -53,6 +54,22 @@ export class NotificationsController {
       "What needs me: threads that became blocked or finished, after `?after=` (a position) or after the caller's seen cursor",
     description: `${ITEM_DOC} Answers \`{ notifications, nextAfter, seen, position }\`; \`?limit=\` (1-100, default 50), \`?minPosition=\`.`,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'A page of notifications', type: NotificationPage },
+    errors: [400, 429, 503],
+  })
+  @ApiOptionalQuery(
+    'after',
+    { type: 'integer', minimum: 0 },
+    "After this position (default: the caller's seen cursor)",
+  )
+  @ApiOptionalQuery('user', { type: 'string' }, '`me`, `u:<name>` or `k:<key id>`')
+  @ApiOptionalQuery(
+    'limit',
+    { type: 'integer', minimum: 1, maximum: 100 },
+    'Page size (default 50)',
+  )
+  @ApiMinPosition()
   list(
     @Req() request: FastifyRequest,
     @Query('after') after?: string | string[],
@@ -71,13 +88,27 @@ export class NotificationsController {
 
   @Get('stream')
   @RequireScope('read')
-  @ApiProduces('text/event-stream')
   @ApiOperation({
     summary: 'What needs me, live (Server-Sent Events)',
     description:
       `${ITEM_DOC} Starts after \`Last-Event-ID\`, else \`?after=\`, else the caller's seen cursor, else from now; each ` +
       'message is `id: <position>`, `event: notification`, `data: <item>`.',
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'The stream: `event: notification` messages', sse: true },
+    errors: [400, 429],
+  })
+  @ApiHeader({
+    name: 'Last-Event-ID',
+    required: false,
+    description: 'Resume after this position (exclusive)',
+  })
+  @ApiOptionalQuery(
+    'after',
+    { type: 'integer', minimum: 0 },
+    'Start after this position (exclusive)',
+  )
+  @ApiOptionalQuery('user', { type: 'string' }, '`me`, `u:<name>` or `k:<key id>`')
   async stream(
     @Req() request: FastifyRequest,
     @Headers('last-event-id') lastEventId: string | undefined,
@@ -109,6 +140,11 @@ export class NotificationsController {
     summary: "Mark notifications seen up to `{ position }`: the caller's cursor only moves forward",
     description:
       "The cursor belongs to the caller (tenant and acting user: the key's user, the one a gateway names, else the API key). Answers `{ seen }`.",
+  })
+  @ApiRoute({
+    body: SeenRequest,
+    ok: { status: 200, description: 'The cursor now', type: SeenResponse },
+    errors: [400, 409, 429],
   })
   seen(@Req() request: FastifyRequest, @Body() body: unknown) {
     return this.notifications.markSeen(clientCaller(request), body);

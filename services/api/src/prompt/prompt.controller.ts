@@ -1,13 +1,14 @@
 import { Body, Controller, HttpCode, Param, Post, Req } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { FastifyRequest } from 'fastify';
 import { RequireScope } from '../auth/access.decorators';
 import { clientCaller } from '../http/caller';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { PromptService } from './prompt.service';
+import { ApiRoute } from '../openapi/api-route.decorator';
+import { PromptAnswer, PromptRequest } from '../openapi/schemas';
 
 @ApiTags('threads')
-@ApiBearerAuth()
 @Controller('v1/threads/:threadId/prompt')
 export class PromptController {
   constructor(private readonly prompts: PromptService) {}
@@ -25,6 +26,11 @@ export class PromptController {
       "**409 `turn_active`** with `activeTurnId`, `runId` and the thread's `status` when a turn is in progress: " +
       'nothing is recorded (no queueing, no steering). With `binding` (`{ channel, account, chat, topic? }`, bound ' +
       'to this thread) the events carry `metadata.channel`. Every event carries `metadata.user`.',
+  })
+  @ApiRoute({
+    body: PromptRequest,
+    ok: { status: 201, description: 'The turn started', type: PromptAnswer },
+    errors: [400, 403, 404, 409, 429],
   })
   prompt(
     @Req() request: FastifyRequest,

@@ -1,7 +1,7 @@
 /**
  * A request body over its limit is refused before it is read. When it was an append the
- * caller may make, the run's log still records that the attempt happened (DESIGN.md, size
- * gating) — but recording must not become a way to fill the log for free: refusals of one
+ * caller may make, the run's log still records that the attempt happened (docs/api.md, "Size
+ * gating") — but recording must not become a way to fill the log for free: refusals of one
  * key to one run are coalesced per REJECTION_MARKER_WINDOW_MS. The first refusal is recorded
  * at once and opens a window; the ones inside it are counted, and when it closes one marker
  * with their `count` (and the largest declared size) is recorded, opening the next window.

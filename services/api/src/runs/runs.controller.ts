@@ -9,15 +9,23 @@ import {
   Query,
   StreamableFile,
 } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { ApiOperation, ApiTags } from '@nestjs/swagger';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
 import { ApiError } from '../http/api-error';
 import { costlyIfUserStartsTurn, RateLimited } from '../limits/rate-limit.decorators';
 import { RunLogService } from './run-log.service';
+import { ApiOptionalQuery, ApiRoute } from '../openapi/api-route.decorator';
+import {
+  AppendRequest,
+  AppendResponse,
+  AuditVerdict,
+  ModelCallRefusedBody,
+  RecordedEvent,
+  RunEventsPage,
+} from '../openapi/schemas';
 
 @ApiTags('runs')
-@ApiBearerAuth()
 @Controller('v1/runs/:runId')
 export class RunsController {
   constructor(private readonly runLog: RunLogService) {}
@@ -34,6 +42,16 @@ export class RunsController {
       'Re-sending ids already recorded answers the originals. 400 invalid (nothing written), 403 server-only type, ' +
       '404 unknown or foreign run, 409 wrong expected revision / run finished / turn already active / id conflict.',
   })
+  @ApiRoute({
+    body: AppendRequest,
+    ok: {
+      status: 201,
+      description: 'Appended (or already recorded: idempotent)',
+      type: AppendResponse,
+    },
+    errors: [400, 403, 404, 409, 413, 429],
+    errorBodies: { 413: ModelCallRefusedBody },
+  })
   append(
     @CurrentPrincipal() principal: Principal,
     @Param('runId') runId: string,
@@ -45,6 +63,20 @@ export class RunsController {
   @Get('events')
   @RequireScope('read')
   @ApiOperation({ summary: "Read a run's events from a revision (`?fromRevision=0&limit=100`)" })
+  @ApiRoute({
+    ok: { status: 200, description: 'A page of the run, oldest first', type: RunEventsPage },
+    errors: [400, 404],
+  })
+  @ApiOptionalQuery(
+    'fromRevision',
+    { type: 'integer', minimum: 0 },
+    'First revision to read (default 0)',
+  )
+  @ApiOptionalQuery(
+    'limit',
+    { type: 'integer', minimum: 1, maximum: 1000 },
+    'Page size (default 100)',
+  )
   read(
     @CurrentPrincipal() principal: Principal,
     @Param('runId') runId: string,
@@ -62,6 +94,14 @@ export class RunsController {
   @Get('replay')
   @RequireScope('read')
   @ApiOperation({ summary: 'Replay a run: NDJSON, one recorded event a line, in order' })
+  @ApiRoute({
+    ok: {
+      status: 200,
+      description: 'Every recorded event, one JSON object a line',
+      ndjson: RecordedEvent,
+    },
+    errors: [404],
+  })
   async replay(@CurrentPrincipal() principal: Principal, @Param('runId') runId: string) {
     await this.runLog.requireRun(principal.tenantId, runId);
     const lines = async function* (events: AsyncIterable<unknown>) {
@@ -77,6 +117,10 @@ export class RunsController {
   @ApiOperation({
     summary:
       "Verify a run's hash chain: `{ runId, count, headHash, verified, firstBrokenRevision }`",
+  })
+  @ApiRoute({
+    ok: { status: 200, description: 'The verdict over the whole run', type: AuditVerdict },
+    errors: [404],
   })
   audit(@CurrentPrincipal() principal: Principal, @Param('runId') runId: string) {
     return this.runLog.audit(principal.tenantId, runId);

@@ -1,6 +1,6 @@
 /**
  * Size gating through the real HTTP append path and the real strict validator: the way the
- * original incident hid was a stub that never validated (../shared/BACKGROUND.md §3).
+ * original incident hid was a stub that never validated (docs/architecture.md, "Why it exists").
  */
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';

@@ -4,9 +4,9 @@
  * before the stream starts); the streaming itself is the SseFanout's.
  */
 import { Controller, Get, Headers, Param, Query, Res } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiProduces, ApiTags } from '@nestjs/swagger';
+import { ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply } from 'fastify';
-import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
+import { CurrentPrincipal, ReadOrStreamToken } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { RunLogService } from '../runs/run-log.service';
@@ -14,6 +14,7 @@ import { queryInt } from '../runs/runs.controller';
 import { ThreadsService } from '../threads/threads.service';
 import type { StreamWatch } from './sse-client';
 import { SseFanout } from './sse-fanout.service';
+import { ApiMinPosition, ApiRoute, ApiStreamStart } from '../openapi/api-route.decorator';
 import { StreamSlots } from './stream-slots';
 
 const STREAM_DOC =
@@ -41,7 +42,6 @@ export function streamStart(
 }
 
 @ApiTags('streams')
-@ApiBearerAuth()
 @Controller('v1')
 export class StreamsController {
   constructor(
@@ -69,14 +69,19 @@ export class StreamsController {
   }
 
   @Get('runs/:runId/stream')
-  @RequireScope('read')
+  @ReadOrStreamToken('run', 'runId')
   // One call per connection, like the thread stream: a reconnect spends from the budget.
   @RateLimited('call')
-  @ApiProduces('text/event-stream')
   @ApiOperation({
     summary: "A run's events as Server-Sent Events, then live",
     description: STREAM_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'The stream', sse: true },
+    errors: [400, 404, 429],
+    streamToken: true,
+  })
+  @ApiStreamStart()
   async runStream(
     @CurrentPrincipal() principal: Principal,
     @Param('runId') runId: string,
@@ -95,15 +100,21 @@ export class StreamsController {
   }
 
   @Get('threads/:threadId/stream')
-  @RequireScope('read')
+  @ReadOrStreamToken('thread', 'threadId')
   // One call per connection, like every thread route: a reconnect spends from the budget.
   @RateLimited('call')
-  @ApiProduces('text/event-stream')
   @ApiOperation({
     summary:
       "Every run of a thread as Server-Sent Events, then live (runs started later included; `?minPosition=` as the thread's queries)",
     description: STREAM_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'The stream', sse: true },
+    errors: [400, 404, 429, 503],
+    streamToken: true,
+  })
+  @ApiStreamStart()
+  @ApiMinPosition()
   async threadStream(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,

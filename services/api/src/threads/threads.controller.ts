@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import { Controller, Get, Header, Param, Query, StreamableFile } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { ThreadStatus } from '@runledger/domain';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
@@ -13,6 +13,14 @@ import {
   THREAD_STATUSES,
   ThreadsService,
 } from './threads.service';
+import { ApiMinPosition, ApiOptionalQuery, ApiRoute } from '../openapi/api-route.decorator';
+import {
+  ThreadListPage,
+  ThreadView,
+  ToolResultText,
+  UIMessage,
+  VoiceSeed,
+} from '../openapi/schemas';
 
 const MIN_POSITION_DOC =
   "Every query accepts `?minPosition=` (an append's `position`): it waits up to READ_WAIT_MS for the " +
@@ -25,7 +33,6 @@ function minPosition(raw: string | undefined): number | undefined {
 }
 
 @ApiTags('threads')
-@ApiBearerAuth()
 @RateLimited('call')
 @Controller('v1/threads')
 export class ThreadsController {
@@ -38,6 +45,22 @@ export class ThreadsController {
       'List threads, newest activity first (`?status=running|blocked|idle|finished&limit=&cursor=`)',
     description: MIN_POSITION_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'A page of threads', type: ThreadListPage },
+    errors: [400, 429, 503],
+  })
+  @ApiMinPosition()
+  @ApiOptionalQuery(
+    'status',
+    { type: 'string', enum: [...THREAD_STATUSES] },
+    'Only threads in this status',
+  )
+  @ApiOptionalQuery(
+    'limit',
+    { type: 'integer', minimum: 1, maximum: 100 },
+    'Page size (default 20)',
+  )
+  @ApiOptionalQuery('cursor', { type: 'string' }, 'The `nextCursor` of the previous page')
   list(
     @CurrentPrincipal() principal: Principal,
     @Query('status') status?: string,
@@ -73,6 +96,13 @@ export class ThreadsController {
       'stays valid while the thread grows. ' +
       MIN_POSITION_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'The thread view', type: ThreadView },
+    errors: [400, 404, 429, 503],
+  })
+  @ApiMinPosition()
+  @ApiOptionalQuery('limit', { type: 'integer', minimum: 1 }, 'Messages in the page')
+  @ApiOptionalQuery('before', { type: 'string' }, 'The `page.before` of a newer page')
   view(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,
@@ -99,6 +129,11 @@ export class ThreadsController {
     summary: "A whole thread's messages as NDJSON: one AI SDK UIMessage a line, oldest first",
     description: MIN_POSITION_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'Every message, one JSON object a line', ndjson: UIMessage },
+    errors: [400, 404, 429, 503],
+  })
+  @ApiMinPosition()
   async export(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,
@@ -119,6 +154,11 @@ export class ThreadsController {
     summary: 'The last spoken and typed turns, oldest first: at most 20 turns and 4,000 tokens',
     description: MIN_POSITION_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'The seed for a new voice call', type: VoiceSeed },
+    errors: [400, 404, 429, 503],
+  })
+  @ApiMinPosition()
   voiceSeed(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,
@@ -135,6 +175,21 @@ export class ThreadsController {
       'with a hint naming where the rest starts, which `?offset=` then reads from',
     description: MIN_POSITION_DOC,
   })
+  @ApiRoute({
+    ok: { status: 200, description: 'The tool result as text', type: ToolResultText },
+    errors: [400, 404, 429, 503],
+  })
+  @ApiMinPosition()
+  @ApiOptionalQuery(
+    'for',
+    { type: 'string', enum: ['voice'] },
+    'Cut for a voice model, with a continuation hint',
+  )
+  @ApiOptionalQuery(
+    'offset',
+    { type: 'integer', minimum: 0 },
+    'Character to start from (default 0)',
+  )
   toolResult(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,

@@ -1,0 +1,62 @@
+import fc from 'fast-check';
+import { signReceipt, type ReceiptClaims } from './receipts';
+import { signStreamToken, verifyStreamToken, type StreamTokenClaims } from './stream-tokens';
+
+const SECRET = 'stream-token-test-secret-0123456789abcdef';
+const claims: StreamTokenClaims = { tenant: 'acme', kind: 'thread', id: 'thread-1', exp: 1000 };
+
+describe('stream tokens', () => {
+  it('verifies what it signed, until it expires', () => {
+    const token = signStreamToken(claims, SECRET);
+    expect(verifyStreamToken(token, SECRET, 999)).toEqual({ ok: true, claims });
+    expect(verifyStreamToken(token, SECRET, 1000)).toEqual({ ok: false, reason: 'expired' });
+  });
+
+  it('refuses a token signed with another secret', () => {
+    const token = signStreamToken(claims, `${SECRET}-other`);
+    expect(verifyStreamToken(token, SECRET, 0)).toEqual({ ok: false, reason: 'signature' });
+  });
+
+  it('refuses any change to the claims: another thread, run, tenant or expiry', () => {
+    const [, signature] = signStreamToken(claims, SECRET).split('.');
+    for (const changed of [
+      { ...claims, id: 'thread-2' },
+      { ...claims, kind: 'run' as const },
+      { ...claims, tenant: 'other' },
+      { ...claims, exp: 5000 },
+    ]) {
+      const forged = `${Buffer.from(JSON.stringify(changed)).toString('base64url')}.${signature}`;
+      expect(verifyStreamToken(forged, SECRET, 0)).toEqual({ ok: false, reason: 'signature' });
+    }
+  });
+
+  it('is never accepted from an approval receipt signed with the same secret', () => {
+    const receipt: ReceiptClaims = {
+      rid: 'r',
+      tool: 't',
+      inputDigest: 'd',
+      policyRevision: 'p',
+      tenant: 'acme',
+      user: 'u',
+      thread: 'thread-1',
+      run: 'run-1',
+      approvalId: 'a',
+      toolCallId: 'tc',
+      decision: 'allow',
+      exp: 1000,
+    };
+    expect(verifyStreamToken(signReceipt(receipt, SECRET), SECRET, 0)).toEqual({
+      ok: false,
+      reason: 'signature',
+    });
+  });
+
+  it('answers malformed, never throws, for any string or value', () => {
+    fc.assert(
+      fc.property(fc.oneof(fc.string(), fc.anything()), (value) => {
+        const check = verifyStreamToken(value, SECRET, 0);
+        expect(check.ok).toBe(false);
+      }),
+    );
+  });
+});
