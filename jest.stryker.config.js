@@ -1,0 +1,13 @@
+/**
+ * The domain's unit tests alone, for StrykerJS (npm run mutate): every mutant reruns these, so
+ * the slower tiers and the other libraries' tests stay out. Same transform as jest.config.js.
+ */
+const { projects } = require('./jest.config.js');
+
+const { displayName, ...unit } = projects.find((project) => project.displayName === 'unit');
+
+module.exports = {
+  ...unit,
+  rootDir: __dirname,
+  testMatch: ['<rootDir>/libs/domain/**/*.unit.spec.ts'],
+};
