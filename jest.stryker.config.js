@@ -10,4 +10,6 @@ module.exports = {
   ...unit,
   rootDir: __dirname,
   testMatch: ['<rootDir>/libs/domain/**/*.unit.spec.ts'],
+  // Property tests run a smaller budget of cases per mutant (libs/domain/src/testing/property-runs.ts).
+  setupFiles: ['<rootDir>/libs/domain/src/testing/mutation-setup.ts'],
 };

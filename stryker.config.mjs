@@ -6,7 +6,8 @@
 export default {
   packageManager: 'npm',
   testRunner: 'jest',
-  jest: { projectType: 'custom', configFile: 'jest.stryker.config.js', enableFindRelatedTests: false },
+  // Each mutant runs only the test files that import its file, and in them the tests that reach it.
+  jest: { projectType: 'custom', configFile: 'jest.stryker.config.js', enableFindRelatedTests: true },
   coverageAnalysis: 'perTest',
   mutate: ['libs/domain/src/**/*.ts', '!libs/domain/src/**/*.spec.ts', '!libs/domain/src/**/testing/**'],
   // A mutant the compiler rejects could never ship, so it is not counted against the tests.

@@ -20,6 +20,7 @@ import {
   type TruncationStampShape,
 } from './size-gate';
 import { EVENT_DATA_EXAMPLES } from './testing/event-fixtures';
+import { propertyRuns } from './testing/property-runs';
 
 const UUID = '0b7c6c1e-3f0a-4d8e-9a51-2f4c9f0e7d21';
 const MIB = 1_048_576;
@@ -263,7 +264,7 @@ describe('gateEvent: model.call (properties)', () => {
         if (reduced.model !== data.model) changed += 1;
         expect(stamp.clampedParts).toBe(changed);
       }),
-      { numRuns: 300 },
+      { numRuns: propertyRuns(300) },
     );
   });
 
