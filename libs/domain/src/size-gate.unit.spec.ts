@@ -610,3 +610,119 @@ describe('gateEvent: every catalogue type at its worst', () => {
     },
   );
 });
+
+describe('gateEvent: limits and metadata', () => {
+  it.each([MIN_LIMIT_BYTES - 1, 4096.5, Number.NaN, 2 ** 53])(
+    'refuses the limit %p, naming the least it accepts',
+    (limitBytes) => {
+      const event = eventOf('message.added', { messageId: 'm', role: 'user', text: 'hi' });
+
+      expect(() => gateEvent(event, limitBytes)).toThrow(
+        `limitBytes must be an integer ≥ ${MIN_LIMIT_BYTES}, got ${limitBytes}`,
+      );
+    },
+  );
+
+  it('accepts MIN_LIMIT_BYTES itself', () => {
+    const event = eventOf('message.added', {
+      messageId: 'm',
+      role: 'user',
+      text: 'x'.repeat(5000),
+    });
+
+    expectRecordable(gateEvent(event, MIN_LIMIT_BYTES), MIN_LIMIT_BYTES);
+  });
+
+  it('clamps strings nested in the metadata, copying only what it changes', () => {
+    // Given metadata whose long strings sit inside an object and an array
+    const shared = { kept: true };
+    const metadata = {
+      traceId: 't-1',
+      trace: { notes: ['n'.repeat(100_000), 'short'], shared },
+    };
+    const event = eventOf(
+      'message.added',
+      { messageId: 'msg-1', role: 'user', text: 'Where is my refund?' },
+      metadata,
+    );
+    const before = canonicalJson(event);
+
+    // When it is gated
+    const result = gateEvent(event, 16 * 1024);
+
+    // Then the nested string is clamped where it was, the array still an array, the rest kept
+    expectRecordable(result, 16 * 1024);
+    expect(canonicalJson(event)).toBe(before);
+    const reduced = result.event.metadata as typeof metadata;
+    expect(reduced.traceId).toBe('t-1');
+    expect(Array.isArray(reduced.trace.notes)).toBe(true);
+    expect(reduced.trace.notes[1]).toBe('short');
+    expect(clampedPrefix(metadata.trace.notes[0], reduced.trace.notes[0])).toBeGreaterThan(
+      MIN_CLAMP_CHARS,
+    );
+    expect(reduced.trace.shared).toBe(shared);
+    expect(dataOf(result).text).toBe('Where is my refund?');
+    expect(stampOf(result).clampedParts).toBe(1);
+  });
+
+  it('empties metadata it cannot clamp into its share, counting it once', () => {
+    // Given metadata of numbers only, far over 1/8 of the budget
+    const metadata = { samples: Array.from({ length: 20_000 }, (_, i) => i) };
+    const data = { messageId: 'msg-1', role: 'user', text: 'Where is my refund?' };
+    const event = eventOf('message.added', data, metadata);
+
+    // When it is gated
+    const result = gateEvent(event, 16 * 1024);
+
+    // Then the metadata is {} and the data as it was
+    expectRecordable(result, 16 * 1024);
+    expect(result.event.metadata).toEqual({});
+    expect(dataOf(result)).toEqual({ ...data, truncation: stampOf(result) });
+    expect(stampOf(result)).toEqual({
+      originalByteLength: measureEvent(event),
+      limitBytes: 16 * 1024,
+      omittedMessageCount: 0,
+      clampedParts: 1,
+    });
+  });
+
+  it('keeps metadata within its share as the same object', () => {
+    const metadata = { traceId: 't-1' };
+    const event = eventOf(
+      'message.added',
+      { messageId: 'msg-1', role: 'user', text: 'x'.repeat(10_000) },
+      metadata,
+    );
+
+    const result = gateEvent(event, 4096);
+
+    expectRecordable(result, 4096);
+    expect(result.event.metadata).toBe(metadata);
+  });
+
+  it('falls back to what the schema requires when the size it is given is far too small', () => {
+    // Given a 100 KiB model call claimed to be one byte over the limit
+    const messages = Array.from({ length: 20 }, (_, i) => ({
+      role: 'user',
+      content: `${i}`.padEnd(5000, '.'),
+    }));
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages });
+
+    // When it is gated with that size
+    const result = gateEvent(event, 4096, 4097);
+
+    // Then the result still fits: the confirming measure caught the wrong size
+    expectRecordable(result, 4096);
+    expect(dataOf(result).messages).toEqual([]);
+    expect(stampOf(result)).toMatchObject({ originalByteLength: 4097, omittedMessageCount: 20 });
+  });
+
+  it('throws when not even the envelope fits, naming the event and the limit', () => {
+    const id = 'i'.repeat(4000);
+    const event = { id, type: 'message.added', data: { text: 'hi' }, metadata: {} };
+
+    expect(() => gateEvent(event, MIN_LIMIT_BYTES)).toThrow(
+      `cannot reduce message.added event ${'i'.repeat(64)} to ${MIN_LIMIT_BYTES} bytes: its envelope alone is too big`,
+    );
+  });
+});
