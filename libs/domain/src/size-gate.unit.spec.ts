@@ -726,3 +726,38 @@ describe('gateEvent: limits and metadata', () => {
     );
   });
 });
+
+describe('gateEvent: a surrogate pair at the cut', () => {
+  it.each([
+    ['the first', '\ud800\udc00'],
+    ['the last', '\udbff\udfff'],
+  ])('is kept whole or cut before, for %s pair of Unicode', (_which, pair) => {
+    // Given a tool whose name has a surrogate pair across the 64th character, and a schema
+    // large enough that the tools become name stubs (names clamped to 64 characters)
+    const name = `${'a'.repeat(63)}${pair}${'b'.repeat(100)}`;
+    const tools = [{ name, description: 'd'.repeat(100_000) }];
+    const messages = [{ role: 'user', content: 'Look up order 1042' }];
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages, tools });
+
+    // When it is gated
+    const result = gateEvent(event, 64 * 1024);
+
+    // Then the stub's name stops before the pair rather than splitting it
+    expectRecordable(result, 64 * 1024);
+    expect(dataOf(result).tools).toEqual([
+      { name: `${'a'.repeat(63)}${TRUNCATION_MARKER} ${name.length - 63} chars]` },
+    ]);
+  });
+
+  it('cuts a name at 64 characters when a character just below the surrogates is there', () => {
+    const name = `${'a'.repeat(63)}\ud7ff${'b'.repeat(100)}`;
+    const tools = [{ name, description: 'd'.repeat(100_000) }];
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages: [], tools });
+
+    const result = gateEvent(event, 64 * 1024);
+
+    expect(dataOf(result).tools).toEqual([
+      { name: `${name.slice(0, 64)}${TRUNCATION_MARKER} ${name.length - 64} chars]` },
+    ]);
+  });
+});
