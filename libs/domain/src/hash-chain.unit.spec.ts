@@ -296,6 +296,26 @@ describe('verifyChain', () => {
     });
   });
 
+  it('reads a missing or non-string tenant stamp as the empty tenant', () => {
+    // Sealed for tenant '', then stored without the key, or with a stamp that is not a string
+    const sealed = recorded(sealBatch(null, { ...CONTEXT, tenantId: '' }, exampleBatch()));
+    const unstamped = sealed.map((event, i) => {
+      const { tenantId: _tenant, ...metadata } = event.metadata;
+      return { ...event, metadata: i % 2 === 0 ? metadata : { ...metadata, tenantId: 7 } };
+    });
+
+    expect(verifyChain(CONTEXT.runId, unstamped)).toMatchObject({ verified: true });
+    expect(
+      verifyChain(
+        CONTEXT.runId,
+        links().map((event) => ({
+          ...event,
+          metadata: { ...event.metadata, tenantId: undefined },
+        })),
+      ),
+    ).toMatchObject({ verified: false, firstBrokenRevision: 0 });
+  });
+
   it('keeps the first break when a later event is broken too', () => {
     const chain = mutateAt(mutateAt(links(), 2, MUTATIONS.type), 7, MUTATIONS.id);
 
