@@ -291,7 +291,7 @@ describe('gateEvent: model.call (examples)', () => {
 
   it('clamps the longest texts first and keeps every message when that is enough', () => {
     // Given a context with two huge texts among short messages
-    const huge = 'The order shipped. '.repeat(100_000);
+    const huge = 'The order shipped. '.repeat(10_000);
     const messages = [
       { role: 'system', content: 'You are a support agent.' },
       { role: 'user', content: huge },
@@ -300,33 +300,33 @@ describe('gateEvent: model.call (examples)', () => {
     ];
     const event = eventOf('model.call', { callId: 'call-1', model: 'gpt-4o-mini', messages });
 
-    // When it is gated to 1 MiB
-    const result = gateEvent(event, MIB);
+    // When it is gated to 64 KiB
+    const result = gateEvent(event, 64 * 1024);
 
     // Then both texts are clamped, the short messages are untouched, nothing is dropped
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 2 });
     const kept = dataOf(result).messages as Message[];
     expect(kept[0]).toBe(messages[0]);
     expect(kept[3]).toBe(messages[3]);
     expect(kept[1].content).toContain(TRUNCATION_MARKER);
     // And the cap was raised to use the room left, not halved past it
-    expect(result.byteLength).toBeGreaterThan(0.9 * (MIB - STAMP_RESERVE_BYTES));
+    expect(result.byteLength).toBeGreaterThan(0.9 * (64 * 1024 - STAMP_RESERVE_BYTES));
   });
 
   it('drops the oldest messages, keeping the newest in order, when clamping is not enough', () => {
-    // Given 5,000 short messages (nothing to clamp), about 400 KiB
-    const messages = Array.from({ length: 5000 }, (_, i) => ({
+    // Given 1,000 short messages (nothing to clamp), about 75 KiB
+    const messages = Array.from({ length: 1000 }, (_, i) => ({
       role: 'user',
       content: `message ${i} `.padEnd(60, '.'),
     }));
     const event = eventOf('model.call', { callId: 'call-1', model: 'm', messages });
 
-    // When it is gated to 64 KiB
-    const result = gateEvent(event, 64 * 1024);
+    // When it is gated to 16 KiB
+    const result = gateEvent(event, 16 * 1024);
 
     // Then the newest messages are kept, as they were, and the rest counted as omitted
-    expectRecordable(result, 64 * 1024);
+    expectRecordable(result, 16 * 1024);
     const stamp = stampOf(result);
     const kept = dataOf(result).messages as Message[];
     expect(kept).toEqual(messages.slice(stamp.omittedMessageCount));
@@ -334,22 +334,22 @@ describe('gateEvent: model.call (examples)', () => {
     expect(stamp.clampedParts).toBe(0);
     // And one more message would not have fitted
     expect(result.byteLength + jsonBytes(messages[0]) + 1).toBeGreaterThan(
-      64 * 1024 - STAMP_RESERVE_BYTES,
+      16 * 1024 - STAMP_RESERVE_BYTES,
     );
   });
 
   it('replaces an oversized image part by a text part saying what was omitted', () => {
-    // Given a message with a 3 MiB image
-    const image = { type: 'image', mediaType: 'image/png', data: 'iVBORw0KGgo'.repeat(300_000) };
+    // Given a message with a 320 KiB image
+    const image = { type: 'image', mediaType: 'image/png', data: 'iVBORw0KGgo'.repeat(30_000) };
     const see = { type: 'text', text: 'What is on this receipt?' };
     const messages = [{ role: 'user', content: [see, image] }];
     const event = eventOf('model.call', { callId: 'call-1', model: 'gpt-4o', messages });
 
     // When it is gated
-    const result = gateEvent(event, MIB);
+    const result = gateEvent(event, 64 * 1024);
 
     // Then the image is a text part naming its type and size; the message is kept
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
     const [kept] = dataOf(result).messages as { content: Part[] }[];
     expect(kept.content[0]).toBe(see);
@@ -360,25 +360,25 @@ describe('gateEvent: model.call (examples)', () => {
   });
 
   it('reduces huge tool definitions to name stubs, or drops them when even those are too big', () => {
-    // Given 2,000 tools with large JSON schemas
+    // Given 200 tools with large JSON schemas
     const schema = { type: 'object', description: 'A parameter. '.repeat(100) };
-    const tools = Array.from({ length: 2000 }, (_, i) => ({
+    const tools = Array.from({ length: 200 }, (_, i) => ({
       type: 'function',
       function: { name: `tool_${i}`, parameters: schema },
     }));
     const messages = [{ role: 'user', content: 'Look up order 1042' }];
     const event = eventOf('model.call', { callId: 'call-1', model: 'm', messages, tools });
 
-    // When it is gated to 1 MiB, the tools become stubs with their names
-    const large = gateEvent(event, MIB);
-    expectRecordable(large, MIB);
+    // When it is gated to 64 KiB, the tools become stubs with their names
+    const large = gateEvent(event, 64 * 1024);
+    expectRecordable(large, 64 * 1024);
     expect(dataOf(large).tools).toEqual(tools.map((t) => ({ name: t.function.name })));
     expect(dataOf(large).messages).toEqual(messages);
     expect(stampOf(large).clampedParts).toBe(1);
 
-    // And when it is gated to 8 KiB, the tools are dropped and the messages kept
-    const small = gateEvent(event, 8 * 1024);
-    expectRecordable(small, 8 * 1024);
+    // And when it is gated to 2 KiB, the tools are dropped and the messages kept
+    const small = gateEvent(event, MIN_LIMIT_BYTES);
+    expectRecordable(small, MIN_LIMIT_BYTES);
     expect(dataOf(small)).not.toHaveProperty('tools');
     expect(dataOf(small).messages).toEqual(messages);
     expect(stampOf(small)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
@@ -449,7 +449,7 @@ describe('gateEvent: model.call (examples)', () => {
 
 describe('gateEvent: other types', () => {
   it('clamps a huge string output of tool.finished, keeping its identifiers', () => {
-    const output = 'line of log output\n'.repeat(200_000);
+    const output = 'line of log output\n'.repeat(20_000);
     const event = eventOf('tool.finished', {
       toolCallId: 'tc-1',
       toolName: 'grep',
@@ -457,17 +457,17 @@ describe('gateEvent: other types', () => {
       failed: false,
     });
 
-    const result = gateEvent(event, MIB);
+    const result = gateEvent(event, 64 * 1024);
 
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     expect(dataOf(result)).toMatchObject({ toolCallId: 'tc-1', toolName: 'grep', failed: false });
-    expect(clampedPrefix(output, dataOf(result).output as string)).toBeGreaterThan(100_000);
+    expect(clampedPrefix(output, dataOf(result).output as string)).toBeGreaterThan(50_000);
     expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
   });
 
   it('replaces a huge array output by a preview of its JSON, with its size', () => {
-    // Given an output of 500,000 numbers: no string to clamp
-    const output = Array.from({ length: 500_000 }, (_, i) => i * 1.5);
+    // Given an output of 100,000 numbers: no string to clamp
+    const output = Array.from({ length: 100_000 }, (_, i) => i * 1.5);
     const event = eventOf('tool.finished', { toolCallId: 'tc-1', output, failed: false });
 
     // When it is gated
@@ -495,19 +495,19 @@ describe('gateEvent: other types', () => {
   });
 
   it('clamps the strings inside a huge tool input and keeps it an object', () => {
-    const input = { query: 'refund', document: 'é'.repeat(MIB), page: 3 };
+    const input = { query: 'refund', document: 'é'.repeat(100_000), page: 3 };
     const event = eventOf('tool.started', { toolCallId: 'tc-1', toolName: 'search', input });
 
-    const result = gateEvent(event, MIB);
+    const result = gateEvent(event, 64 * 1024);
 
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     const reduced = dataOf(result).input as Data;
     expect({ ...reduced, document: null }).toEqual({ ...input, document: null });
     expect(clampedPrefix(input.document, reduced.document as string)).toBeGreaterThan(0);
   });
 
   it('replaces a tool input with no long string by { raw: preview }', () => {
-    const input = { rows: Array.from({ length: 100_000 }, (_, i) => ({ id: i, ok: true })) };
+    const input = { rows: Array.from({ length: 10_000 }, (_, i) => ({ id: i, ok: true })) };
     const event = eventOf('tool.started', { toolCallId: 'tc-1', toolName: 'load', input });
 
     const result = gateEvent(event, 64 * 1024);
@@ -522,12 +522,12 @@ describe('gateEvent: other types', () => {
     const event = eventOf(
       'message.added',
       { messageId: 'msg-1', role: 'user', text: 'Where is my refund?' },
-      { traceId: 't-1', notes: 'n'.repeat(MIB) },
+      { traceId: 't-1', notes: 'n'.repeat(100_000) },
     );
 
-    const result = gateEvent(event, MIB);
+    const result = gateEvent(event, 64 * 1024);
 
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     expect(dataOf(result)).toMatchObject({ text: 'Where is my refund?' });
     expect(result.event.metadata.traceId).toBe('t-1');
     expect(result.event.metadata.notes).toContain(TRUNCATION_MARKER);
@@ -544,13 +544,13 @@ describe('gateEvent: other types', () => {
     const event = eventOf('message.added', {
       messageId: 'msg-1',
       role: 'user',
-      text: 't'.repeat(MIB),
+      text: 't'.repeat(100_000),
       truncation: forged,
     });
 
-    const result = gateEvent(event, MIB);
+    const result = gateEvent(event, 64 * 1024);
 
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     expect(stampOf(result).originalByteLength).toBe(measureEvent(event));
   });
 
@@ -563,9 +563,13 @@ describe('gateEvent: other types', () => {
 
 /**
  * The largest value of each field the schema allows: identifiers and labels at their maximum
- * length in characters JSON escapes 6-fold, free-form text and tool payloads in megabytes.
+ * length in characters JSON escapes 6-fold; free-form text and tool payloads over the limit
+ * (by a fifth or more), so that every limit meets data it must reduce. Sized
+ * to the limit rather than in megabytes for all: the small limits are as hard, and the unit
+ * tier stays fast (every mutant of npm run mutate reruns these).
  */
-function inflate(type: EventType): Data {
+function inflate(type: EventType, limitBytes: number): Data {
+  const size = (atOneMib: number) => Math.ceil((atOneMib * limitBytes) / MIB);
   const data: Data = { ...EVENT_DATA_EXAMPLES[type] };
   const enums = new Set(['role', 'source', 'status', 'decision', 'failed', 'downgraded']);
   const ids = new Set(['turnId', 'messageId', 'utteranceId', 'callId', 'toolCallId', 'approvalId']);
@@ -576,15 +580,22 @@ function inflate(type: EventType): Data {
     if (key === 'threadId') data[key] = 'T'.repeat(128);
     else if (ids.has(key)) data[key] = '\u0000'.repeat(256);
     else if (labels.has(key)) data[key] = '\u0001'.repeat(1024);
-    else if (key === 'options') data[key] = Array.from({ length: 64 }, () => 'o'.repeat(20_000));
-    else if (key === 'input') data[key] = { blob: Array.from({ length: 200_000 }, (_, i) => i) };
-    else if (key === 'output') data[key] = { rows: Array.from({ length: 200_000 }, (_, i) => i) };
+    else if (key === 'options')
+      data[key] = Array.from({ length: 64 }, () => 'o'.repeat(size(20_000)));
+    else if (key === 'input')
+      data[key] = { blob: Array.from({ length: size(200_000) }, (_, i) => i) };
+    else if (key === 'output')
+      data[key] = { rows: Array.from({ length: size(200_000) }, (_, i) => i) };
     else if (key === 'messages') {
-      data[key] = Array.from({ length: 300 }, () => ({ role: 'user', content: '"é'.repeat(5000) }));
-    } else if (key === 'tools') data[key] = [{ name: 'x'.repeat(MIB) }];
-    else data[key] = 'é"\n'.repeat(400_000);
+      data[key] = Array.from({ length: 300 }, () => ({
+        role: 'user',
+        content: '"é'.repeat(size(1000)),
+      }));
+    } else if (key === 'tools') data[key] = [{ name: 'x'.repeat(size(MIB)) }];
+    else data[key] = 'é"\n'.repeat(size(200_000));
   }
-  if (type === 'tool.finished') Object.assign(data, { failed: true, errorText: 'e'.repeat(MIB) });
+  if (type === 'tool.finished')
+    Object.assign(data, { failed: true, errorText: 'e'.repeat(size(MIB / 2)) });
   return data;
 }
 
@@ -593,9 +604,9 @@ describe('gateEvent: every catalogue type at its worst', () => {
     '%s fits %p bytes and passes validateEvent',
     (type, limitBytes) => {
       // Given the type's data at the sizes the schema allows, and large metadata
-      const event = eventOf(type as string, inflate(type as EventType), {
+      const event = eventOf(type as string, inflate(type as EventType, limitBytes as number), {
         traceId: 't-1',
-        note: 'n'.repeat(100_000),
+        note: 'n'.repeat(Math.ceil(((limitBytes as number) * 100_000) / MIB)),
       });
       expect(problemsOf(event)).toEqual([]);
 
