@@ -4,4 +4,4 @@
  */
 import fc from 'fast-check';
 
-fc.configureGlobal({ numRuns: 30 });
+fc.configureGlobal({ numRuns: 20 });
