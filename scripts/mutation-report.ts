@@ -52,8 +52,10 @@ export interface FileScore {
   timeout: number;
   survived: number;
   noCoverage: number;
-  /** Rejected by the type checker or crashed: not counted, as StrykerJS does not. */
+  /** Crashed the test run, or would not compile: not counted, as StrykerJS does not. */
   invalid: number;
+  /** Static mutants, left out of the run (stryker.config.mjs, ignoreStatic). */
+  ignored: number;
   score: number;
 }
 
@@ -97,6 +99,7 @@ export function scoresOf(report: Report): { files: FileScore[]; total: FileScore
       const survived = count('Survived');
       const noCoverage = count('NoCoverage');
       const invalid = count('CompileError', 'RuntimeError');
+      const ignored = count('Ignored');
       return {
         file,
         killed,
@@ -104,10 +107,11 @@ export function scoresOf(report: Report): { files: FileScore[]; total: FileScore
         survived,
         noCoverage,
         invalid,
+        ignored,
         score: score(killed + timeout, survived + noCoverage),
       };
     });
-  const sum = (key: 'killed' | 'timeout' | 'survived' | 'noCoverage' | 'invalid') =>
+  const sum = (key: 'killed' | 'timeout' | 'survived' | 'noCoverage' | 'invalid' | 'ignored') =>
     files.reduce((total, file) => total + file[key], 0);
   const total = {
     file: 'all files',
@@ -116,6 +120,7 @@ export function scoresOf(report: Report): { files: FileScore[]; total: FileScore
     survived: sum('survived'),
     noCoverage: sum('noCoverage'),
     invalid: sum('invalid'),
+    ignored: sum('ignored'),
     score: score(sum('killed') + sum('timeout'), sum('survived') + sum('noCoverage')),
   };
   return { files, total };
@@ -165,14 +170,14 @@ export function renderReport(
   const used = new Set<SurvivorReason>();
   const unexplained: Survivor[] = [];
   const row = (s: FileScore, name: string) =>
-    `| ${name} | ${s.score.toFixed(2)} | ${s.killed} | ${s.timeout} | ${s.survived} | ${s.noCoverage} | ${s.invalid} |`;
+    `| ${name} | ${s.score.toFixed(2)} | ${s.killed} | ${s.timeout} | ${s.survived} | ${s.noCoverage} | ${s.invalid} | ${s.ignored} |`;
   const lines = [
     GENERATED_START,
     '',
     `Mutation score of libs/domain: **${total.score.toFixed(2)}%** (break threshold: ${report.thresholds?.break ?? 'none'}%).`,
     '',
-    '| File | Score % | Killed | Timed out | Survived | No coverage | Invalid |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| File | Score % | Killed | Timed out | Survived | No coverage | Invalid | Static (not run) |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...files.map((s) => row(s, `\`${s.file}\``)),
     row(total, '**all files**'),
     '',
