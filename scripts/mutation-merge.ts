@@ -1,28 +1,49 @@
 /**
- * Merges StrykerJS JSON reports of runs over different files (`npx stryker run --mutate
- * <files>` writes a report, and an incremental file, of those files only) into one report:
- * the files of all, a file in several taken from the last report naming it; the test files
- * of all, likewise. The result serves as the incremental file of the next full run
+ * Merges StrykerJS JSON reports of runs over different files, or different lines of a file
+ * (`npx stryker run --mutate <file>[:<from>-<to>]` writes a report, and an incremental file,
+ * of those mutants only) into one report: each file with the mutants of every report, a
+ * mutant reported twice taken from the last report; the test files of all, likewise. The
+ * result serves as the incremental file of the next full run
  * (docs/mutation/stryker-incremental.json) and as the input of mutation-report.ts.
  *
  * Usage: mutation-merge.ts <merged.json> <report.json>...
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 
+interface ReportMutant {
+  mutatorName: string;
+  replacement?: string;
+  location: { start: { line: number; column: number }; end: { line: number; column: number } };
+}
+
+interface ReportFile {
+  source: string;
+  mutants: ReportMutant[];
+  [key: string]: unknown;
+}
+
 interface Report {
-  files: Record<string, unknown>;
+  files: Record<string, ReportFile>;
   testFiles?: Record<string, unknown>;
   [key: string]: unknown;
 }
 
+function mutantKey({ mutatorName, replacement, location: { start, end } }: ReportMutant) {
+  return `${start.line}:${start.column}-${end.line}:${end.column} ${mutatorName} ${replacement}`;
+}
+
 export function mergeReports(reports: readonly Report[]): Report {
-  const [first, ...rest] = reports;
-  const merged: Report = { ...first, files: { ...first.files }, testFiles: { ...first.testFiles } };
-  for (const report of rest) {
-    Object.assign(merged.files, report.files);
-    Object.assign(merged.testFiles as Record<string, unknown>, report.testFiles);
+  const files: Record<string, ReportFile> = {};
+  const testFiles: Record<string, unknown> = {};
+  for (const report of reports) {
+    for (const [path, file] of Object.entries(report.files)) {
+      const mutants = new Map((files[path]?.mutants ?? []).map((m) => [mutantKey(m), m]));
+      for (const mutant of file.mutants) mutants.set(mutantKey(mutant), mutant);
+      files[path] = { ...file, mutants: [...mutants.values()] };
+    }
+    Object.assign(testFiles, report.testFiles);
   }
-  return merged;
+  return { ...reports[reports.length - 1], files, testFiles };
 }
 
 function main([out, ...inputs]: string[]): number {
