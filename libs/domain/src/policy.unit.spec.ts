@@ -78,6 +78,17 @@ describe('tool policy', () => {
     });
   });
 
+  it('refuses with an error named PolicyError, so that a log or a stack trace says what failed', () => {
+    let thrown: unknown;
+    try {
+      parsePolicy({ rules: {} });
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(PolicyError);
+    expect((thrown as Error).name).toBe('PolicyError');
+  });
+
   it.each([null, undefined])('reads a missing policy file (%p) as no policy', (value) => {
     expect(parsePolicy(value)).toEqual({});
   });
