@@ -774,3 +774,81 @@ describe('gateEvent: a surrogate pair at the cut', () => {
     ]);
   });
 });
+
+describe('gateEvent: the fallback', () => {
+  it('keeps what the schema requires, identifiers clamped, the input as a placeholder, and counts each', () => {
+    // Given identifiers at their schema maximum in characters JSON escapes 6-fold, and an input
+    // that is no use to clamp
+    const toolCallId = '\u0000'.repeat(256);
+    const toolName = '\u0001'.repeat(1024);
+    const input = { blob: Array.from({ length: 2000 }, (_, i) => i) };
+    const metadata = { traceId: 't-1' };
+    const event = eventOf('tool.started', { toolCallId, toolName, input }, metadata);
+
+    // When it is gated to the smallest limit
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    // Then only the envelope is left: identifiers cut to 16 characters, the input's size named
+    expectRecordable(result, MIN_LIMIT_BYTES);
+    expect(dataOf(result)).toEqual({
+      toolCallId: `${toolCallId.slice(0, 16)}${TRUNCATION_MARKER} 240 chars]`,
+      toolName: `${toolName.slice(0, 16)}${TRUNCATION_MARKER} 1008 chars]`,
+      input: { raw: `[omitted: ${jsonBytes(input)} bytes of JSON]` },
+      truncation: {
+        originalByteLength: measureEvent(event),
+        limitBytes: MIN_LIMIT_BYTES,
+        omittedMessageCount: 0,
+        clampedParts: 3,
+      },
+    });
+    expect(result.event.metadata).toBe(metadata);
+  });
+
+  it('leaves out optional fields, counting each, and keeps required free text clamped to the floor', () => {
+    // Given a finished run whose optional texts are huge and whose identifiers are long
+    const event = eventOf('approval.requested', {
+      approvalId: '\u0000'.repeat(256),
+      toolCallId: 'tc-1',
+      toolName: 'deploy',
+      input: { env: 'prod' },
+      question: 'q'.repeat(5000),
+      options: Array.from({ length: 64 }, () => 'o'.repeat(100)),
+    });
+
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    expectRecordable(result, MIN_LIMIT_BYTES);
+    const data = dataOf(result);
+    expect(Object.keys(data).sort()).toEqual([
+      'approvalId',
+      'input',
+      'toolCallId',
+      'toolName',
+      'truncation',
+    ]);
+    expect(data.toolCallId).toBe('tc-1');
+    expect(data.toolName).toBe('deploy');
+  });
+
+  it('empties the metadata as a last resort, when the id is far longer than a UUID', () => {
+    const metadata = { traceId: 't'.repeat(100) };
+    const event = {
+      id: 'i'.repeat(1000),
+      type: 'message.added',
+      data: { messageId: 'm', role: 'user', text: 'x'.repeat(5000) },
+      metadata,
+    };
+
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    expect(result.event.metadata).toEqual({});
+    expect(result.byteLength).toBeLessThanOrEqual(MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES);
+    expect(stampOf(result)).toEqual({
+      originalByteLength: measureEvent(event),
+      limitBytes: MIN_LIMIT_BYTES,
+      omittedMessageCount: 0,
+      clampedParts: 2,
+    });
+    expect(dataOf(result).text).toBe(`${'x'.repeat(16)}${TRUNCATION_MARKER} 4984 chars]`);
+  });
+});
