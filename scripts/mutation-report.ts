@@ -6,7 +6,8 @@
  *
  * Usage: mutation-report.ts <stryker json report> <markdown file> <survivors yaml>
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { parse } from 'yaml';
 
 /** The parts of the mutation-testing-report-schema this report reads. */
@@ -161,9 +162,19 @@ function code(text: string): string {
   return `\`${short.replace(/\|/g, '\\|').replace(/`/g, "'")}\``;
 }
 
+/** The files StrykerJS mutates (stryker.config.mjs): libs/domain's sources, not specs or helpers. */
+export function domainSources(root = 'libs/domain/src'): string[] {
+  return readdirSync(root, { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.ts') && !f.endsWith('.spec.ts'))
+    .filter((f) => !f.split('/').includes('testing'))
+    .map((f) => join(root, f))
+    .sort();
+}
+
 export function renderReport(
   report: Report,
   reasons: readonly SurvivorReason[],
+  sources: readonly string[] = [],
 ): { markdown: string; unexplained: Survivor[]; unused: SurvivorReason[] } {
   const { files, total } = scoresOf(report);
   const survivors = survivorsOf(report);
@@ -181,9 +192,15 @@ export function renderReport(
     ...files.map((s) => row(s, `\`${s.file}\``)),
     row(total, '**all files**'),
     '',
-    `### Surviving mutants (${survivors.length})`,
-    '',
   ];
+  const missing = sources.filter((file) => !(file in report.files));
+  if (missing.length > 0) {
+    lines.push(
+      `Not in this report (not measured; a file of re-exports or types only has no mutants): ${missing.map((f) => `\`${f}\``).join(', ')}.`,
+      '',
+    );
+  }
+  lines.push(`### Surviving mutants (${survivors.length})`, '');
   if (survivors.length === 0) lines.push('None.', '');
   for (const survivor of survivors) {
     const reason = reasonFor(survivor, reasons);
@@ -220,7 +237,7 @@ function main([reportPath, markdownPath, reasonsPath]: string[]): number {
   }
   const report = JSON.parse(readFileSync(reportPath, 'utf8')) as Report;
   const reasons = (parse(readFileSync(reasonsPath, 'utf8')) ?? []) as SurvivorReason[];
-  const { markdown, unexplained, unused } = renderReport(report, reasons);
+  const { markdown, unexplained, unused } = renderReport(report, reasons, domainSources());
   writeFileSync(markdownPath, spliceGenerated(readFileSync(markdownPath, 'utf8'), markdown));
   console.log(`${markdownPath} written from ${reportPath}`);
   for (const reason of unused) {

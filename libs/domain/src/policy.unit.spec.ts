@@ -1,14 +1,18 @@
-import { evaluatePolicy, parsePolicy, PolicyError } from './policy';
+import { evaluatePolicy, parsePolicy, PolicyError, type PolicyDocument } from './policy';
 
 describe('tool policy', () => {
-  const policy = parsePolicy({
-    default: { deny: ['format_*'] },
-    tenants: {
-      acme: {
-        allow: ['search', 'deploy', 'read_*'],
-        threads: { 'incident-42': { deny: ['deploy'] }, broad: { allow: ['*'] } },
+  // Parsed in a hook, not at collection: a parser that throws fails the tests, not the file.
+  let policy: PolicyDocument;
+  beforeAll(() => {
+    policy = parsePolicy({
+      default: { deny: ['format_*'] },
+      tenants: {
+        acme: {
+          allow: ['search', 'deploy', 'read_*'],
+          threads: { 'incident-42': { deny: ['deploy'] }, broad: { allow: ['*'] } },
+        },
       },
-    },
+    });
   });
 
   it('given no policy, when any tool is evaluated, then it is allowed', () => {
