@@ -852,3 +852,76 @@ describe('gateEvent: the fallback', () => {
     expect(dataOf(result).text).toBe(`${'x'.repeat(16)}${TRUNCATION_MARKER} 4984 chars]`);
   });
 });
+
+describe('gateEvent: edges of the reduction', () => {
+  it('keeps a reduction that fills the budget to the byte, rather than falling back', () => {
+    // Given model calls of short messages (nothing to clamp) whose callId grows a character at
+    // a time: one of them is reduced, by dropping its oldest messages, to exactly the budget
+    const limit = 16 * 1024;
+    const budget = limit - STAMP_RESERVE_BYTES;
+    const messages = Array.from({ length: 1000 }, (_, i) => ({ role: 'user', content: `m${i}` }));
+    const exact = Array.from({ length: 60 }, (_, pad) =>
+      gateEvent(
+        eventOf('model.call', { callId: 'c'.repeat(1 + pad), model: 'm', messages }),
+        limit,
+      ),
+    ).find((result) => result.byteLength === budget);
+
+    // Then it is kept as reduced: the newest messages, not the envelope alone
+    expect(exact).toBeDefined();
+    expect((dataOf(exact!).messages as Message[]).length).toBeGreaterThan(100);
+  });
+
+  it('names an omitted part by its whole type when that is exactly 32 characters', () => {
+    const type = `${'t'.repeat(31)}\ud83d`;
+    const part = { type, data: 'x'.repeat(100_000) };
+    const event = eventOf('model.call', {
+      callId: 'c',
+      model: 'm',
+      messages: [{ role: 'user', content: [part] }],
+    });
+
+    const result = gateEvent(event, 16 * 1024);
+
+    const [kept] = dataOf(result).messages as { content: Part[] }[];
+    expect(kept.content[0]).toEqual({
+      type: 'text',
+      text: `[omitted ${type} part of ${jsonBytes(part)} bytes]`,
+    });
+  });
+
+  it('keeps a tool name of exactly 64 characters whole in its stub', () => {
+    const name = 'n'.repeat(MIN_CLAMP_CHARS);
+    const tools = [{ name, description: 'd'.repeat(100_000) }];
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages: [], tools });
+
+    expect(dataOf(gateEvent(event, 64 * 1024)).tools).toEqual([{ name }]);
+  });
+
+  it('returns plain data: every property of the reduced event can be written and deleted', () => {
+    const event = eventOf(
+      'tool.started',
+      {
+        toolCallId: 'tc-1',
+        toolName: 'search',
+        input: { query: 'refund', pages: [{ text: 'p'.repeat(50_000) }] },
+      },
+      { trace: { notes: ['n'.repeat(50_000)] } },
+    );
+
+    const result = gateEvent(event, 16 * 1024);
+
+    const problems: string[] = [];
+    const walk = (value: unknown, path: string) => {
+      if (value === null || typeof value !== 'object') return;
+      for (const key of Object.keys(value)) {
+        const d = Object.getOwnPropertyDescriptor(value, key)!;
+        if (!d.writable || !d.configurable || !d.enumerable) problems.push(`${path}.${key}`);
+        walk((value as Data)[key], `${path}.${key}`);
+      }
+    };
+    walk(result.event, 'event');
+    expect(problems).toEqual([]);
+    expect((result.event.data as Data).input).toMatchObject({ query: 'refund' });
+  });
+});
