@@ -830,6 +830,56 @@ describe('gateEvent: the fallback', () => {
     expect(data.toolName).toBe('deploy');
   });
 
+  it('first keeps identifiers and labels whole, leaving out what the schema does not require', () => {
+    // Given a run whose optional title is a label at its maximum, which nothing may clamp
+    // before the fallback, and an agent name longer than the fallback's 16 characters
+    const event = eventOf('run.started', {
+      threadId: 'thread-1',
+      agent: 'support-bot-for-refunds',
+      source: 'typed',
+      title: '\u0001'.repeat(1024),
+      goal: 'g'.repeat(100),
+    });
+
+    const result = gateEvent(event, 4096);
+
+    // Then the title and goal are left out, counted, and the agent kept whole
+    expectRecordable(result, 4096);
+    expect(dataOf(result)).toEqual({
+      threadId: 'thread-1',
+      agent: 'support-bot-for-refunds',
+      source: 'typed',
+      truncation: {
+        originalByteLength: measureEvent(event),
+        limitBytes: 4096,
+        omittedMessageCount: 0,
+        clampedParts: 2,
+      },
+    });
+  });
+
+  it('keeps a fallback that fills the budget to the byte', () => {
+    // Given events that only the fallback fits, their ids a character longer each time
+    const sized = (n: number) => ({
+      id: 'i'.repeat(n),
+      type: 'message.added',
+      data: { messageId: 'm', role: 'user', text: 'x'.repeat(5000) },
+      metadata: {},
+    });
+    const fits = (n: number) => {
+      try {
+        return gateEvent(sized(n), MIN_LIMIT_BYTES);
+      } catch {
+        return undefined;
+      }
+    };
+    let longest = 900;
+    while (fits(longest + 1) !== undefined) longest += 1;
+
+    // Then the longest id that fits makes an event of exactly the budget
+    expect(fits(longest)?.byteLength).toBe(MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES);
+  });
+
   it('empties the metadata as a last resort, when the id is far longer than a UUID', () => {
     const metadata = { traceId: 't'.repeat(100) };
     const event = {
