@@ -40,7 +40,7 @@ import {
 
 /** Ids that appear in URL paths (threads) are kept to a conservative, printable alphabet. */
 export const PATH_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
-const MAX_ID_LENGTH = 256;
+export const MAX_ID_LENGTH = 256;
 const MAX_LABEL_LENGTH = 1024;
 
 function NonBlankId(): PropertyDecorator {

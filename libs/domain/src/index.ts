@@ -8,4 +8,8 @@ export * from './size-gate';
 export * from './projections';
 export * from './policy';
 export * from './receipts';
+export * from './tool-labels';
+export * from './notifications';
+export * from './bindings';
+export * from './prompt';
 export * from './run-commands';

@@ -150,6 +150,25 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly clientSurfacePosition = new Gauge({
+    name: 'runledger_client_surface_position',
+    help: 'Log position folded into notifications and bindings',
+    registers: [this.registry],
+  });
+
+  readonly notifications = new Counter({
+    name: 'runledger_notifications_total',
+    help: 'Notification items recorded (a thread became blocked or finished), by kind',
+    labelNames: ['kind'] as const,
+    registers: [this.registry],
+  });
+
+  readonly notificationPublishFailures = new Counter({
+    name: 'runledger_notification_publish_failures_total',
+    help: 'Failed attempts to publish notification items to KAFKA_NOTIFICATIONS_TOPIC (each retried)',
+    registers: [this.registry],
+  });
+
   readonly httpDuration = new Histogram({
     name: 'runledger_http_request_duration_seconds',
     help: 'HTTP request latency, by method, route and status',

@@ -25,6 +25,15 @@ import { ThreadsController } from './threads/threads.controller';
 import { ThreadsService } from './threads/threads.service';
 import { SseFanout } from './streams/sse-fanout.service';
 import { StreamsController } from './streams/streams.controller';
+import { NotificationsController } from './notifications/notifications.controller';
+import { NotificationsService } from './notifications/notifications.service';
+import { NotificationKafka } from './notifications/notification-kafka.service';
+import { SurfaceService } from './surface/surface.service';
+import { ThreadDirectory } from './surface/thread-directory.service';
+import { BindingsController } from './bindings/bindings.controller';
+import { BindingsService } from './bindings/bindings.service';
+import { PromptController } from './prompt/prompt.controller';
+import { PromptService } from './prompt/prompt.service';
 
 @Module({})
 export class AppModule {
@@ -45,6 +54,9 @@ export class AppModule {
         HealthController,
         StreamsController,
         MirrorAdminController,
+        NotificationsController,
+        BindingsController,
+        PromptController,
       ],
       providers: [
         { provide: APP_CONFIG, useValue: config },
@@ -57,6 +69,12 @@ export class AppModule {
         CommandsService,
         BodyRejections,
         SseFanout,
+        SurfaceService,
+        NotificationsService,
+        NotificationKafka,
+        ThreadDirectory,
+        BindingsService,
+        PromptService,
         { provide: APP_GUARD, useClass: AccessGuard },
         ...RATE_LIMIT_PROVIDERS, // after the AccessGuard: limits need the principal
         { provide: APP_FILTER, useClass: ErrorFilter },

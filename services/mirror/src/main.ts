@@ -32,7 +32,7 @@ async function main(): Promise<void> {
   await app.listen(config.mirror.port, config.host);
   const { port } = app.getHttpServer().address() as AddressInfo;
   console.log(
-    `runledger-mirror publishing to ${settings.brokers.join(',')} topic ${settings.topic} (${settings.format}); probes, metrics and /v1/admin/mirror on http://${config.host}:${port}`,
+    `runledger-mirror publishing to ${settings.brokers.join(',')} topic ${settings.topic} (${settings.format}), notifications to topic ${config.mirror.notificationsTopic}; probes, metrics and /v1/admin/mirror on http://${config.host}:${port}`,
   );
 }
 

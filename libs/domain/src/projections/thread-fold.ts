@@ -8,6 +8,7 @@
  */
 import type { EventDataByType } from '../event-catalogue';
 import { EVENT_TYPES, type EndStatus, type EventType } from '../event-types';
+import { toolLabel } from '../tool-labels';
 import {
   indexOf,
   isTerminal,
@@ -384,11 +385,13 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
     state.activeTools.push({
       toolCallId: data.toolCallId,
       toolName: data.toolName,
+      label: toolLabel(data.toolName, input),
       runId,
       startedAt: event.recordedAt,
     });
   } else {
     active.toolName = data.toolName;
+    active.label = toolLabel(data.toolName, input);
   }
 }
 

@@ -563,7 +563,13 @@ describe('active tools', () => {
     const start = log.toolStarted('r1', 'tc1');
     const running = given(started).when(start);
     expect(running.activeTools).toEqual([
-      { toolCallId: 'tc1', toolName: 'lookup', runId: 'r1', startedAt: start.recordedAt },
+      {
+        toolCallId: 'tc1',
+        toolName: 'lookup',
+        label: 'Looking up',
+        runId: 'r1',
+        startedAt: start.recordedAt,
+      },
     ]);
     expect(running.status).toBe('running');
     const done = given(started, start).when(log.toolFinished('r1', 'tc1'));

@@ -76,6 +76,8 @@ export interface PendingApproval {
 export interface ActiveTool {
   toolCallId: string;
   toolName: string;
+  /** For people: "Reading page: Roadmap" (tool-labels.ts); never replayed as speech. */
+  label: string;
   runId: string;
   startedAt: string;
 }

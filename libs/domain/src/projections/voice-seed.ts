@@ -18,11 +18,20 @@ export interface VoiceSeedTurn {
   text: string;
 }
 
+/** A tool running now, for the call's status line: shown to people, never spoken as a turn. */
+export interface VoiceSeedTool {
+  toolCallId: string;
+  toolName: string;
+  label: string;
+}
+
 export interface VoiceSeed {
   /** Oldest first. */
   turns: VoiceSeedTurn[];
   /** The sum of the turns' estimates (each turn is estimated on its own). */
   tokenEstimate: number;
+  /** What is running now, labelled; outside `turns` and the budget. */
+  activeTools: VoiceSeedTool[];
 }
 
 export interface VoiceSeedOptions {
@@ -70,7 +79,12 @@ export function voiceSeed(state: ThreadState, options: VoiceSeedOptions = {}): V
     break;
   }
   turns.reverse();
-  return { turns, tokenEstimate };
+  const activeTools = state.activeTools.map(({ toolCallId, toolName, label }) => ({
+    toolCallId,
+    toolName,
+    label,
+  }));
+  return { turns, tokenEstimate, activeTools };
 }
 
 /** The last `count` UTF-16 units of `text`, never starting inside a surrogate pair. */

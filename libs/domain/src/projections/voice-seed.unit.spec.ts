@@ -86,11 +86,12 @@ describe('voiceSeed', () => {
       ],
       tokenEstimate:
         estimateTokens('Where is my refund?') + estimateTokens('Let me check that.') + 3,
+      activeTools: [],
     });
   });
 
   it('given an empty thread, then the seed is empty', () => {
-    expect(voiceSeed(given().when())).toEqual({ turns: [], tokenEstimate: 0 });
+    expect(voiceSeed(given().when())).toEqual({ turns: [], tokenEstimate: 0, activeTools: [] });
   });
 
   it(`given more than ${VOICE_SEED_MAX_TURNS} turns, then it keeps the newest ${VOICE_SEED_MAX_TURNS}`, () => {
@@ -221,5 +222,34 @@ describe('voiceSeed', () => {
   it('given no turn budget, then nothing is replayed', () => {
     const state = given(log.runStarted('r1'), log.message('r1', 'm1', 'user', 'hello')).when();
     expect(voiceSeed(state, { maxTurns: 0 })).toEqual({ turns: [], tokenEstimate: 0 });
+  });
+});
+
+describe('voiceSeed: tool labels', () => {
+  it('lists a running tool with its label beside the turns, and never as a turn', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.transcript('r1', 'u1', 'user', 'What is on the roadmap?'),
+      log.toolStarted('r1', 'tc1', 'read_page', { title: '  Roadmap  ' }),
+    ).when();
+    const seed = voiceSeed(state);
+    expect(seed.activeTools).toEqual([
+      { toolCallId: 'tc1', toolName: 'read_page', label: 'Reading page: Roadmap' },
+    ]);
+    expect(seed.turns).toEqual([{ role: 'user', text: 'What is on the roadmap?' }]);
+    expect(seed.turns.map((t) => t.text).join('\n')).not.toContain('Reading page');
+    expect(seed.tokenEstimate).toBe(estimateTokens('What is on the roadmap?'));
+  });
+
+  it('drops the label once the assistant speaks again; the spoken words are the turn', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.toolStarted('r1', 'tc1', 'search', { query: 'calendar' }),
+      log.transcript('r1', 'a1', 'assistant', 'You are free at noon.'),
+    ).when();
+    const seed = voiceSeed(state);
+    expect(seed.activeTools).toEqual([]);
+    expect(seed.turns).toEqual([{ role: 'assistant', text: 'You are free at noon.' }]);
+    expect(JSON.stringify(seed)).not.toContain('Searching');
   });
 });

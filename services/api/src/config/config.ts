@@ -137,6 +137,13 @@ export class EnvironmentSchema {
   })
   KAFKA_TOPIC = 'runledger.run-events';
 
+  @IsString()
+  @Matches(/^[A-Za-z0-9._-]{1,249}$/, {
+    message:
+      'KAFKA_NOTIFICATIONS_TOPIC must be 1 to 249 characters among letters, digits, ".", "_" and "-"',
+  })
+  KAFKA_NOTIFICATIONS_TOPIC = 'runledger.notifications';
+
   @Transform(toInt)
   @IsInt({ message: 'KAFKA_PARTITIONS must be an integer between 1 and 1000' })
   @Min(1, { message: 'KAFKA_PARTITIONS must be an integer between 1 and 1000' })
@@ -193,6 +200,7 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'SSE_HEARTBEAT_MS',
   'KAFKA_BROKERS',
   'KAFKA_TOPIC',
+  'KAFKA_NOTIFICATIONS_TOPIC',
   'KAFKA_PARTITIONS',
   'MIRROR_FORMAT',
   'MIRROR_STALL_MS',
@@ -247,6 +255,8 @@ export interface AppConfig {
   mirror: {
     brokers?: string[];
     topic: string;
+    /** Where "what needs me" items are published (notifications/notification-publisher.ts). */
+    notificationsTopic: string;
     partitions: number;
     format: 'protobuf' | 'json';
     stallMs: number;
@@ -349,6 +359,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     mirror: {
       brokers: parsed.KAFKA_BROKERS?.split(','),
       topic: parsed.KAFKA_TOPIC,
+      notificationsTopic: parsed.KAFKA_NOTIFICATIONS_TOPIC,
       partitions: parsed.KAFKA_PARTITIONS,
       format: parsed.MIRROR_FORMAT,
       stallMs: parsed.MIRROR_STALL_MS,

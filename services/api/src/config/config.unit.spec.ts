@@ -33,6 +33,7 @@ describe('configuration', () => {
       mirror: {
         brokers: undefined,
         topic: 'runledger.run-events',
+        notificationsTopic: 'runledger.notifications',
         partitions: 6,
         format: 'protobuf',
         stallMs: 30_000,
@@ -62,6 +63,7 @@ describe('configuration', () => {
       SSE_HEARTBEAT_MS: '500',
       KAFKA_BROKERS: 'kafka-1:9092,10.0.0.2:9093',
       KAFKA_TOPIC: 'audit.run-events',
+      KAFKA_NOTIFICATIONS_TOPIC: 'audit.notifications',
       KAFKA_PARTITIONS: '12',
       MIRROR_FORMAT: 'json',
       MIRROR_STALL_MS: '1000',
@@ -84,6 +86,7 @@ describe('configuration', () => {
       mirror: {
         brokers: ['kafka-1:9092', '10.0.0.2:9093'],
         topic: 'audit.run-events',
+        notificationsTopic: 'audit.notifications',
         partitions: 12,
         format: 'json',
         stallMs: 1000,
@@ -119,6 +122,7 @@ describe('configuration', () => {
     ['KAFKA_BROKERS', 'localhost'],
     ['KAFKA_BROKERS', 'a:1, b:2'],
     ['KAFKA_TOPIC', 'run events'],
+    ['KAFKA_NOTIFICATIONS_TOPIC', 'what needs me'],
     ['KAFKA_PARTITIONS', '0'],
     ['MIRROR_FORMAT', 'avro'],
     ['MIRROR_STALL_MS', '10'],

@@ -5,6 +5,7 @@ import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { MirrorService } from '@runledger/mirror';
 import { Metrics } from '@runledger/observability';
 import { Public } from '../auth/access.decorators';
+import { SurfaceService } from '../surface/surface.service';
 import { ProjectionsService } from '../threads/projections.service';
 
 /**
@@ -22,6 +23,8 @@ export class HealthController {
     @Optional() private readonly projections?: ProjectionsService,
     /** Present when this process runs the Kafka mirror. */
     @Optional() private readonly mirror?: MirrorService,
+    /** Notifications and bindings (the api), or the notifications published to Kafka (the mirror). */
+    @Optional() private readonly surface?: SurfaceService,
   ) {}
 
   @Get('health/live')
@@ -39,13 +42,22 @@ export class HealthController {
       (error: unknown) => `unreachable: ${String(error)}`,
     );
     const projector = this.projections ? (this.projections.problem() ?? 'ok') : undefined;
+    const clientSurface = this.surface ? (this.surface.problem() ?? 'ok') : undefined;
     const mirror = this.mirror ? (this.mirror.problem() ?? 'ok') : 'off';
     const ready =
-      store === 'ok' && (projector ?? 'ok') === 'ok' && (mirror === 'ok' || mirror === 'off');
+      store === 'ok' &&
+      (projector ?? 'ok') === 'ok' &&
+      (clientSurface ?? 'ok') === 'ok' &&
+      (mirror === 'ok' || mirror === 'off');
     if (!ready) void reply.status(503);
     return {
       status: ready ? 'ready' : 'not_ready',
-      checks: projector === undefined ? { store, mirror } : { store, projector, mirror },
+      checks: {
+        store,
+        ...(projector === undefined ? {} : { projector }),
+        ...(clientSurface === undefined ? {} : { clientSurface }),
+        mirror,
+      },
       ...(this.projections ? { projectorPosition: this.projections.position() } : {}),
       ...(this.mirror ? { mirrorPosition: this.mirror.position() } : {}),
     };

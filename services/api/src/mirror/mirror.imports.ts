@@ -32,6 +32,6 @@ export function mirrorImports(config: AppConfig): DynamicModule[] {
 export function mirrorStatusLine(config: AppConfig): string {
   const settings = mirrorSettingsOf(config);
   return settings
-    ? `mirror: publishing every run event to Kafka ${settings.brokers.join(',')} topic ${settings.topic} (${settings.format})`
+    ? `mirror: publishing every run event to Kafka ${settings.brokers.join(',')} topic ${settings.topic} (${settings.format}), notifications to topic ${config.mirror.notificationsTopic}`
     : 'mirror: Kafka publishing is off (set KAFKA_BROKERS to publish every run event to Kafka)';
 }

@@ -50,6 +50,17 @@ async function append(t: TestApp, runId: string, events: unknown[]): Promise<voi
   if (res.status !== 201) throw new Error(`append to ${runId}: ${res.status} ${res.text}`);
 }
 
+/** The parked list once it holds `count` events, or as it is when `timeoutMs` has passed. */
+async function parkedSoon(t: TestApp, count: number, timeoutMs: number) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const listed = await t.http().get('/v1/admin/mirror/parked').set(t.auth());
+    const parked = (listed.body as { parked?: unknown[] }).parked ?? [];
+    if (listed.status !== 200 || parked.length >= count || Date.now() > deadline) return listed;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
 /** `runs` runs of `perRun` events each (run.started first), appended concurrently in batches of 10. */
 async function appendRuns(t: TestApp, runIds: string[], perRun: number, fresh = true) {
   await inParallel(runIds, 50, async (runId) => {
@@ -228,7 +239,9 @@ describeKafka('the Kafka mirror (real broker)', () => {
       await consumer.waitForUnique(4, 60_000);
       expect(consumer.byRun.get(runId)?.map((e) => e.revision)).toEqual([0, 1, 3, 4]);
 
-      const listed = await t.http().get('/v1/admin/mirror/parked').set(t.auth());
+      // The park is committed with the checkpoint once the whole batch is through, so the
+      // consumer can see the events after it a moment before the list does.
+      const listed = await parkedSoon(t, 1, 10_000);
       expect(listed.status).toBe(200);
       expect(listed.body.parked).toHaveLength(1);
       const [parked] = listed.body.parked as { eventId: string; reason: string }[];

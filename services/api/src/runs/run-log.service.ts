@@ -265,7 +265,7 @@ export class RunLogService {
   async appendAsServer(
     tenantId: string,
     runId: string,
-    events: { type: string; data: Record<string, unknown> }[],
+    events: { type: string; data: Record<string, unknown>; metadata?: Record<string, unknown> }[],
     expected: ExpectedRevision,
   ): Promise<AppendResponse> {
     const valid = events.map((event) => {

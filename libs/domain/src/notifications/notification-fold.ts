@@ -1,0 +1,211 @@
+/**
+ * "What needs me" (BACKGROUND.md §2: the default set is narrow): a thread that became
+ * **blocked** (an approval or a question waits on a person) and a thread that **finished**
+ * (with how: completed, failed, cancelled). A pure fold per thread over its run events that
+ * answers, for each event, the one notification its transition causes, if any: exactly one
+ * item per transition, however many approvals pile up while the thread is already blocked.
+ *
+ * The status rules are the thread view's (thread-fold.ts): blocked while an approval of a
+ * running run is pending; finished once every run of the thread has ended.
+ */
+import { isEventType, type EndStatus } from '../event-types';
+import { toolLabel } from '../tool-labels';
+import type { ProjectedEvent } from '../projections/thread-state';
+
+export const NOTIFICATION_KINDS = ['blocked', 'finished'] as const;
+export type NotificationKind = (typeof NOTIFICATION_KINDS)[number];
+
+/**
+ * One item, shaped as data a model can be given as it is: state and event markers, a short
+ * summary, and the position of the event that caused it (the resume point of every reader).
+ */
+export interface Notification {
+  threadId: string;
+  runId: string;
+  kind: NotificationKind;
+  /** `blocked`, or how the thread finished: `completed`, `failed`, `cancelled`. */
+  state: 'blocked' | EndStatus;
+  title: string | null;
+  summary: string;
+  position: number;
+  /** The event that caused it: its type, id and time. */
+  event: 'approval.requested' | 'run.finished';
+  eventId: string;
+  recordedAt: string;
+  /** On `blocked`: what waits for a decision. */
+  approvalId?: string;
+  toolName?: string;
+  question?: string;
+}
+
+/** What the fold keeps per thread: just enough to see its status change. */
+export interface NotificationThread {
+  tenantId: string;
+  threadId: string;
+  title: string | null;
+  activeRuns: string[];
+  /** The most recent ended runs (MAX_ENDED_RUNS), so a late event of one never revives it. */
+  endedRuns: string[];
+  endedCount: number;
+  pending: { approvalId: string; runId: string }[];
+  status: 'blocked' | 'finished' | 'open';
+  /** Who the thread is for: `metadata.user` of its run and turn starts (`u:<name>` or `k:<key id>`). */
+  users: string[];
+  /** Position of the last event folded in. */
+  position: number;
+}
+
+/**
+ * Ended runs remembered by id. A chat thread gains a run per finished conversation, so the
+ * list is bounded; the write path refuses any event after a run's end, so only a redelivery
+ * could name an older one, and the position check already drops those.
+ */
+export const MAX_ENDED_RUNS = 64;
+/** Users remembered per thread; a thread many people prompt is findable by its first ones. */
+export const MAX_THREAD_USERS = 32;
+/** Longest summary; a longer one is cut and ends with '…'. */
+export const SUMMARY_MAX = 280;
+
+/** Types that only move the position: they name no run the thread view would add. */
+const NOT_RUN_ACTIVITY = new Set(['turn.steered', 'model.call', 'append.rejected']);
+
+export function emptyNotificationThread(tenantId: string, threadId: string): NotificationThread {
+  return {
+    tenantId,
+    threadId,
+    title: null,
+    activeRuns: [],
+    endedRuns: [],
+    endedCount: 0,
+    pending: [],
+    status: 'open',
+    users: [],
+    position: 0,
+  };
+}
+
+/**
+ * Folds one event of the thread into `state` (in place) and answers the notification it
+ * causes, or null. Events are expected in position order; one at or below the state's
+ * position was already folded and changes nothing. Unknown types are left out.
+ */
+export function foldNotification(
+  state: NotificationThread,
+  event: ProjectedEvent,
+): Notification | null {
+  if (!isEventType(event.type) || event.position <= state.position) return null;
+  state.position = event.position;
+  if (NOT_RUN_ACTIVITY.has(event.type)) return null;
+  const runId = typeof event.metadata.runId === 'string' ? event.metadata.runId : '';
+  const data = event.data;
+  const before = state.status;
+  ensureRun(state, runId);
+  switch (event.type) {
+    case 'run.started':
+      if (state.title === null && typeof data.title === 'string' && data.title.trim() !== '') {
+        state.title = data.title;
+      }
+      noteUser(state, event);
+      break;
+    case 'turn.started':
+      noteUser(state, event);
+      break;
+    case 'run.finished':
+      if (state.activeRuns.includes(runId)) {
+        state.activeRuns = state.activeRuns.filter((id) => id !== runId);
+        state.endedRuns.push(runId);
+        if (state.endedRuns.length > MAX_ENDED_RUNS) state.endedRuns.shift();
+        state.endedCount += 1;
+      }
+      state.pending = state.pending.filter((p) => p.runId !== runId);
+      break;
+    case 'approval.requested': {
+      const approvalId = data.approvalId as string;
+      const running = state.activeRuns.includes(runId);
+      if (running && !state.pending.some((p) => p.approvalId === approvalId)) {
+        state.pending.push({ approvalId, runId });
+      }
+      break;
+    }
+    case 'approval.resolved':
+      state.pending = state.pending.filter((p) => p.approvalId !== data.approvalId);
+      break;
+    default:
+      break;
+  }
+  state.status = statusOf(state);
+  if (state.status === before || state.status === 'open') return null;
+  return state.status === 'blocked' ? blocked(state, event, runId) : finished(state, event, runId);
+}
+
+function ensureRun(state: NotificationThread, runId: string): void {
+  if (state.activeRuns.includes(runId) || state.endedRuns.includes(runId)) return;
+  state.activeRuns.push(runId);
+}
+
+function noteUser(state: NotificationThread, event: ProjectedEvent): void {
+  const user = event.metadata.user;
+  if (typeof user !== 'string' || user === '' || state.users.includes(user)) return;
+  if (state.users.length < MAX_THREAD_USERS) state.users.push(user);
+}
+
+function statusOf(state: NotificationThread): NotificationThread['status'] {
+  if (state.pending.length > 0) return 'blocked';
+  if (state.endedCount > 0 && state.activeRuns.length === 0) return 'finished';
+  return 'open';
+}
+
+function blocked(state: NotificationThread, event: ProjectedEvent, runId: string): Notification {
+  const data = event.data;
+  const toolName = String(data.toolName);
+  const question =
+    typeof data.question === 'string' && data.question.trim() !== ''
+      ? data.question.trim()
+      : undefined;
+  const label = toolLabel(toolName, data.input);
+  return {
+    ...base(state, event, runId),
+    kind: 'blocked',
+    state: 'blocked',
+    summary: cut(
+      question === undefined
+        ? `approval requested: ${label}`
+        : `approval requested: ${label} | ${question}`,
+    ),
+    event: 'approval.requested',
+    approvalId: String(data.approvalId),
+    toolName,
+    ...(question === undefined ? {} : { question }),
+  };
+}
+
+function finished(state: NotificationThread, event: ProjectedEvent, runId: string): Notification {
+  const status = event.data.status as EndStatus;
+  const detail = [event.data.reason, event.data.errorText].filter(
+    (text): text is string => typeof text === 'string' && text.trim() !== '',
+  );
+  return {
+    ...base(state, event, runId),
+    kind: 'finished',
+    state: status,
+    summary: cut([`run ${status}`, ...detail.map((text) => text.trim())].join(' | ')),
+    event: 'run.finished',
+  };
+}
+
+function base(state: NotificationThread, event: ProjectedEvent, runId: string) {
+  return {
+    threadId: state.threadId,
+    runId,
+    title: state.title,
+    position: event.position,
+    eventId: event.id,
+    recordedAt: event.recordedAt,
+  };
+}
+
+function cut(text: string): string {
+  const collapsed = text.replace(/\s+/g, ' ');
+  if (collapsed.length <= SUMMARY_MAX) return collapsed;
+  return `${[...collapsed].slice(0, SUMMARY_MAX - 1).join('')}…`;
+}

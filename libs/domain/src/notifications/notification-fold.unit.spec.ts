@@ -1,0 +1,188 @@
+/**
+ * The notification fold: exactly one item per transition into blocked or finished, agreeing
+ * with the thread view's own status for every sequence the write path could record.
+ */
+import fc from 'fast-check';
+import { applyToThread, emptyThread } from '../projections/thread-fold';
+import type { ProjectedEvent } from '../projections/thread-state';
+import { TENANT, THREAD, ThreadLog } from '../projections/testing/thread-events';
+import { threadSequences } from '../projections/testing/thread-sequences';
+import {
+  emptyNotificationThread,
+  foldNotification,
+  MAX_ENDED_RUNS,
+  SUMMARY_MAX,
+  type Notification,
+} from './notification-fold';
+
+let log: ThreadLog;
+beforeEach(() => {
+  log = new ThreadLog();
+});
+
+function notify(...events: ProjectedEvent[]): Notification[] {
+  const state = emptyNotificationThread(TENANT, THREAD);
+  return events.flatMap((event) => foldNotification(state, event) ?? []);
+}
+
+describe('foldNotification', () => {
+  it('a thread that blocks then finishes gives exactly two items, in order', () => {
+    const started = log.runStarted('r1', { title: 'Refund order 1042' });
+    const asked = log.approvalRequested('r1', 'ap1', 'tc1');
+    const resolved = log.event('r1', 'approval.resolved', {
+      approvalId: 'ap1',
+      decision: 'allow',
+      receipt: 'rcpt',
+    });
+    const done = log.runFinished('r1', 'completed');
+    expect(notify(started, asked, resolved, done)).toEqual([
+      {
+        threadId: THREAD,
+        runId: 'r1',
+        kind: 'blocked',
+        state: 'blocked',
+        title: 'Refund order 1042',
+        summary: 'approval requested: Using refund | Refund 19.99 EUR?',
+        position: asked.position,
+        event: 'approval.requested',
+        eventId: asked.id,
+        recordedAt: asked.recordedAt,
+        approvalId: 'ap1',
+        toolName: 'refund',
+        question: 'Refund 19.99 EUR?',
+      },
+      {
+        threadId: THREAD,
+        runId: 'r1',
+        kind: 'finished',
+        state: 'completed',
+        title: 'Refund order 1042',
+        summary: 'run completed',
+        position: done.position,
+        event: 'run.finished',
+        eventId: done.id,
+        recordedAt: done.recordedAt,
+      },
+    ]);
+  });
+
+  it('a second approval while already blocked is not a second item', () => {
+    const items = notify(
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+      log.approvalRequested('r1', 'ap2', 'tc2'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+    );
+    expect(items.map((i) => i.approvalId)).toEqual(['ap1']);
+  });
+
+  it('blocks again after the first approval was answered', () => {
+    const resolve = (approvalId: string) =>
+      log.event('r1', 'approval.resolved', { approvalId, decision: 'deny', receipt: 'r' });
+    const items = notify(
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+      resolve('ap1'),
+      log.approvalRequested('r1', 'ap2', 'tc2'),
+    );
+    expect(items.map((i) => [i.kind, i.approvalId])).toEqual([
+      ['blocked', 'ap1'],
+      ['blocked', 'ap2'],
+    ]);
+  });
+
+  it('says how a run finished, with its reason and error, and a blocked run that is stopped finishes', () => {
+    const items = notify(
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1', 'deploy', { env: 'prod' }),
+      log.event('r1', 'run.finished', {
+        status: 'failed',
+        reason: 'tool crashed',
+        errorText: 'exit 1',
+      }),
+    );
+    expect(items.map((i) => [i.kind, i.state, i.summary])).toEqual([
+      ['blocked', 'blocked', 'approval requested: Deploying: prod | Refund 19.99 EUR?'],
+      ['finished', 'failed', 'run failed | tool crashed | exit 1'],
+    ]);
+  });
+
+  it('a thread finishes once its last running run ends, not before', () => {
+    const items = notify(
+      log.runStarted('r1'),
+      log.runStarted('r2'),
+      log.runFinished('r1', 'completed'),
+      log.runFinished('r2', 'cancelled'),
+      log.runStarted('r3'),
+      log.runFinished('r3', 'completed'),
+    );
+    expect(items.map((i) => [i.runId, i.state])).toEqual([
+      ['r2', 'cancelled'],
+      ['r3', 'completed'],
+    ]);
+  });
+
+  it('folds nothing twice: a redelivered event causes no second item', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, log.runStarted('r1'));
+    const asked = log.approvalRequested('r1', 'ap1', 'tc1');
+    expect(foldNotification(state, asked)).not.toBeNull();
+    expect(foldNotification(state, asked)).toBeNull();
+  });
+
+  it('remembers who the thread is for from its run and turn starts', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    const started = log.runStarted('r1');
+    started.metadata.user = 'u:ana';
+    const turn = log.turnStarted('r1', 't1');
+    turn.metadata.user = 'k:0123abcd';
+    foldNotification(state, started);
+    foldNotification(state, turn);
+    expect(state.users).toEqual(['u:ana', 'k:0123abcd']);
+  });
+
+  it(`keeps a summary within ${SUMMARY_MAX} characters`, () => {
+    const [item] = notify(
+      log.runStarted('r1'),
+      log.event('r1', 'run.finished', { status: 'failed', errorText: 'x'.repeat(5000) }),
+    );
+    expect(item.summary).toHaveLength(SUMMARY_MAX);
+    expect(item.summary.endsWith('…')).toBe(true);
+  });
+
+  it('gives one item per transition of the thread view into blocked or finished, for any sequence', () => {
+    fc.assert(
+      fc.property(threadSequences, (events) => {
+        const view = emptyThread(TENANT, THREAD);
+        const state = emptyNotificationThread(TENANT, THREAD);
+        const expected: [number, string][] = [];
+        const items: [number, string][] = [];
+        for (const event of events) {
+          const before = view.status;
+          applyToThread(view, event);
+          if (view.status !== before && (view.status === 'blocked' || view.status === 'finished'))
+            expected.push([event.position, view.status]);
+          const item = foldNotification(state, event);
+          if (item) items.push([item.position, item.kind]);
+        }
+        expect(items).toEqual(expected);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe('foldNotification: long threads', () => {
+  it(`remembers at most ${MAX_ENDED_RUNS} ended runs, and still finishes once per ending`, () => {
+    const events: ProjectedEvent[] = [];
+    for (let i = 0; i < MAX_ENDED_RUNS + 10; i += 1) {
+      events.push(log.runStarted(`r${i}`), log.runFinished(`r${i}`, 'completed'));
+    }
+    const state = emptyNotificationThread(TENANT, THREAD);
+    const items = events.flatMap((event) => foldNotification(state, event) ?? []);
+    expect(items).toHaveLength(MAX_ENDED_RUNS + 10);
+    expect(state.endedRuns).toHaveLength(MAX_ENDED_RUNS);
+    expect(state.endedCount).toBe(MAX_ENDED_RUNS + 10);
+    expect(state.activeRuns).toEqual([]);
+  });
+});

@@ -1,0 +1,101 @@
+import { Body, Controller, Get, Headers, HttpCode, Post, Query, Req, Res } from '@nestjs/common';
+import { ApiBearerAuth, ApiOperation, ApiProduces, ApiTags } from '@nestjs/swagger';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { RequireScope } from '../auth/access.decorators';
+import { USER_HEADER_MAX } from '../auth/acting-user';
+import { ApiError } from '../http/api-error';
+import { clientCaller, type ClientCaller } from '../http/caller';
+import { RateLimited } from '../limits/rate-limit.decorators';
+import { queryInt } from '../runs/runs.controller';
+import { NotificationsService } from './notifications.service';
+
+const ITEM_DOC =
+  'Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", ' +
+  'title, summary, position, event, eventId, recordedAt, approvalId?, toolName?, question? }`, oldest first: ' +
+  'one per thread transition into blocked or finished. `?user=` keeps the threads of one user ' +
+  '(`u:<name>` as sent in X-Runledger-User, `k:<key id>`, or `me`).';
+
+/** `me` is the caller; anything else names a user as the API records them. */
+function userFilter(caller: ClientCaller, raw: string | string[] | undefined): string | undefined {
+  if (raw === undefined) return undefined;
+  if (raw === 'me') return caller.user;
+  if (typeof raw !== 'string' || raw === '' || raw.length > USER_HEADER_MAX + 2) {
+    const rule = `user must be me, u:<name> or k:<key id>, 1 to ${USER_HEADER_MAX + 2} characters`;
+    throw new ApiError(400, 'validation_failed', rule, [
+      { field: 'user', rule: 'length', message: rule },
+    ]);
+  }
+  return raw;
+}
+
+/** A position (exclusive); blank is none. A repeated parameter is refused by queryInt. */
+function position(name: string, raw: string | string[] | undefined): number | undefined {
+  if (raw === undefined || (typeof raw === 'string' && raw.trim() === '')) return undefined;
+  return queryInt(name, typeof raw === 'string' ? raw.trim() : raw, 0, 0, Number.MAX_SAFE_INTEGER);
+}
+
+@ApiTags('notifications')
+@ApiBearerAuth()
+@RateLimited('call')
+@Controller('v1/notifications')
+export class NotificationsController {
+  constructor(private readonly notifications: NotificationsService) {}
+
+  @Get()
+  @RequireScope('read')
+  @ApiOperation({
+    summary:
+      "What needs me: threads that became blocked or finished, after `?after=` (a position) or after the caller's seen cursor",
+    description: `${ITEM_DOC} Answers \`{ notifications, nextAfter, seen, position }\`; \`?limit=\` (1-100, default 50), \`?minPosition=\`.`,
+  })
+  list(
+    @Req() request: FastifyRequest,
+    @Query('after') after?: string | string[],
+    @Query('user') user?: string | string[],
+    @Query('limit') limit?: string | string[],
+    @Query('minPosition') minPosition?: string | string[],
+  ) {
+    const caller = clientCaller(request);
+    return this.notifications.list(caller, {
+      after: position('after', after),
+      user: userFilter(caller, user),
+      limit: queryInt('limit', limit, 50, 1, 100),
+      minPosition: position('minPosition', minPosition),
+    });
+  }
+
+  @Get('stream')
+  @RequireScope('read')
+  @ApiProduces('text/event-stream')
+  @ApiOperation({
+    summary: 'What needs me, live (Server-Sent Events)',
+    description:
+      `${ITEM_DOC} Starts after \`Last-Event-ID\`, else \`?after=\`, else the caller's seen cursor, else from now; each ` +
+      'message is `id: <position>`, `event: notification`, `data: <item>`.',
+  })
+  async stream(
+    @Req() request: FastifyRequest,
+    @Headers('last-event-id') lastEventId: string | undefined,
+    @Query('after') after: string | string[] | undefined,
+    @Query('user') user: string | string[] | undefined,
+    @Res() reply: FastifyReply,
+  ): Promise<void> {
+    const caller = clientCaller(request);
+    await this.notifications.stream(reply, caller, {
+      after: position('Last-Event-ID', lastEventId) ?? position('after', after),
+      user: userFilter(caller, user),
+    });
+  }
+
+  @Post('seen')
+  @HttpCode(200)
+  @RequireScope('read')
+  @ApiOperation({
+    summary: "Mark notifications seen up to `{ position }`: the caller's cursor only moves forward",
+    description:
+      'The cursor belongs to the caller (tenant and X-Runledger-User, else the API key). Answers `{ seen }`.',
+  })
+  seen(@Req() request: FastifyRequest, @Body() body: unknown) {
+    return this.notifications.markSeen(clientCaller(request), body);
+  }
+}

@@ -1,0 +1,226 @@
+/**
+ * "What needs me": the tenant's notifications (threads that became blocked or finished), as a
+ * page or a live SSE stream, and each user's "seen" cursor so a client reconnecting hears
+ * only what is new. The cursor is recorded in the log (one small stream per tenant and user),
+ * so it is durable, shared by every replica, and survives a rebuild of the read models.
+ */
+import { createHash } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { v7 as uuidv7 } from 'uuid';
+import { canonicalJson, type Notification } from '@runledger/domain';
+import {
+  EVENT_STORE,
+  WrongExpectedRevisionError,
+  type EventStore,
+  type RecordedEvent,
+} from '@runledger/event-store';
+import type { FastifyReply } from 'fastify';
+import { APP_CONFIG, type AppConfig } from '../config/config';
+import { ApiError } from '../http/api-error';
+import type { ClientCaller } from '../http/caller';
+import { validateBody } from '../http/validate-body';
+import { SSE_HEADERS } from '../streams/sse-fanout.service';
+import { HEARTBEAT_FRAME, startFrame } from '../streams/sse-frame';
+import { SurfaceService } from '../surface/surface.service';
+import { SeenBody } from './seen-body';
+
+export const SEEN_STREAM_PREFIX = 'notifications-seen-';
+export const NOTIFICATIONS_SEEN = 'notifications.seen';
+/** Items read per page of a live stream's catch-up. */
+const STREAM_PAGE = 100;
+/** Concurrent "seen" calls of one user re-read the cursor this often before giving up. */
+const MAX_ATTEMPTS = 5;
+
+export interface NotificationPage {
+  notifications: Notification[];
+  /** Pass as `?after=` for the next page (the last item's position, or `after` when none). */
+  nextAfter: number;
+  /** The caller's seen cursor. */
+  seen: number;
+  /** How far the notification view has read the log. */
+  position: number;
+}
+
+export function seenStream(caller: ClientCaller): string {
+  const identity = canonicalJson([caller.tenantId, caller.user]);
+  return `${SEEN_STREAM_PREFIX}${createHash('sha256').update(identity).digest('hex')}`;
+}
+
+/** `id: <position>`, `event: notification`, one line of JSON data. */
+export function notificationFrame(item: Notification): Buffer {
+  return Buffer.from(
+    `id: ${item.position}\nevent: notification\ndata: ${JSON.stringify(item)}\n\n`,
+  );
+}
+
+@Injectable()
+export class NotificationsService implements OnModuleDestroy {
+  /** Open live streams: ended at shutdown, since the HTTP server waits for open connections. */
+  private readonly streams = new Set<ServerResponse>();
+
+  constructor(
+    private readonly surface: SurfaceService,
+    @Inject(EVENT_STORE) private readonly log: EventStore,
+    @Inject(APP_CONFIG) private readonly config: AppConfig,
+  ) {}
+
+  /** Items after `after`, or after the caller's seen cursor when `after` is not given. */
+  async list(
+    caller: ClientCaller,
+    query: { after?: number; user?: string; limit: number; minPosition?: number },
+  ): Promise<NotificationPage> {
+    await this.surface.waitFor(query.minPosition);
+    const seen = await this.seen(caller);
+    const after = query.after ?? seen;
+    const notifications = this.surface.store.notifications(caller.tenantId, {
+      after,
+      user: query.user,
+      limit: query.limit,
+    });
+    return {
+      notifications,
+      nextAfter: notifications[notifications.length - 1]?.position ?? after,
+      seen,
+      position: this.surface.position(),
+    };
+  }
+
+  /** The caller's seen cursor: the highest position it marked seen, 0 when none. */
+  async seen(caller: ClientCaller): Promise<number> {
+    return seenOf(await this.lastSeen(caller));
+  }
+
+  /**
+   * Moves the caller's cursor forward to `position` (a cursor never moves back: an older
+   * position answers the cursor as it is). A position past the log's head is refused.
+   */
+  async markSeen(caller: ClientCaller, raw: unknown): Promise<{ seen: number }> {
+    const { position } = validateBody(SeenBody, raw);
+    const head = await this.log.headPosition();
+    if (position > head) {
+      const rule = `position must be at most the log's head position (${head})`;
+      throw new ApiError(400, 'validation_failed', rule, [
+        { field: 'position', rule: 'max', message: rule },
+      ]);
+    }
+    const stream = seenStream(caller);
+    for (let attempt = 1; ; attempt += 1) {
+      const last = await this.lastSeen(caller);
+      const current = seenOf(last);
+      if (position <= current) return { seen: current };
+      try {
+        await this.log.append(
+          stream,
+          [
+            {
+              id: uuidv7(),
+              type: NOTIFICATIONS_SEEN,
+              data: { position, user: caller.user },
+              metadata: { tenantId: caller.tenantId },
+            },
+          ],
+          { expectedRevision: last?.revision ?? 'no_stream' },
+        );
+        return { seen: position };
+      } catch (error) {
+        if (!(error instanceof WrongExpectedRevisionError) || attempt >= MAX_ATTEMPTS) throw error;
+      }
+    }
+  }
+
+  /**
+   * Streams the items after `after` (undefined: see streamStart), then live.
+   * Each frame's `id:` is the item's position, so `Last-Event-ID` resumes with no gap and no
+   * repeat. The catch-up is paced by the client's socket.
+   */
+  async stream(
+    reply: FastifyReply,
+    caller: ClientCaller,
+    query: { after?: number; user?: string },
+  ): Promise<void> {
+    let cursor = query.after ?? (await this.streamStart(caller));
+    reply.hijack();
+    const res = reply.raw;
+    if (res.destroyed || !res.socket || res.socket.destroyed) return;
+    res.writeHead(200, SSE_HEADERS);
+    res.write(startFrame(cursor));
+    this.streams.add(res);
+    let closed = false;
+    let changed = false;
+    let wake: (() => void) | null = null;
+    const signal = () => {
+      const resolve = wake;
+      wake = null;
+      resolve?.();
+    };
+    const stopListening = this.surface.onCommit(() => {
+      changed = true;
+      signal();
+    });
+    const heartbeat = setInterval(() => res.write(HEARTBEAT_FRAME), this.config.sse.heartbeatMs);
+    heartbeat.unref();
+    const onClose = () => {
+      closed = true;
+      signal();
+    };
+    res.on('close', onClose);
+    res.on('drain', signal);
+    try {
+      while (!closed) {
+        changed = false;
+        const page = this.surface.store.notifications(caller.tenantId, {
+          after: cursor,
+          user: query.user,
+          limit: STREAM_PAGE,
+        });
+        for (const item of page) {
+          if (closed) break;
+          cursor = item.position;
+          if (!res.write(notificationFrame(item))) {
+            await new Promise<void>((resolve) => (wake = resolve));
+          }
+        }
+        if (page.length === STREAM_PAGE || changed || closed) continue;
+        await new Promise<void>((resolve) => (wake = resolve));
+      }
+    } finally {
+      this.streams.delete(res);
+      stopListening();
+      clearInterval(heartbeat);
+      res.off('drain', signal);
+      res.off('close', onClose);
+    }
+  }
+
+  /**
+   * Where a stream with no position starts: after the caller's seen cursor, or, for a caller
+   * who never marked anything seen, from now (like the run and thread streams): a first
+   * connection is not handed the tenant's whole history.
+   */
+  private async streamStart(caller: ClientCaller): Promise<number> {
+    const last = await this.lastSeen(caller);
+    return last === undefined ? this.log.headPosition() : seenOf(last);
+  }
+
+  onModuleDestroy(): void {
+    for (const res of this.streams) {
+      // The socket ends once the last bytes left, so a keep-alive socket does not hold up the close.
+      res.once('finish', () => res.socket?.end());
+      res.end();
+    }
+  }
+
+  private async lastSeen(caller: ClientCaller): Promise<RecordedEvent | undefined> {
+    const [last] = await this.log.readStream(seenStream(caller), {
+      direction: 'backwards',
+      maxCount: 1,
+    });
+    return last;
+  }
+}
+
+function seenOf(event: RecordedEvent | undefined): number {
+  const position = (event?.data as { position?: unknown } | undefined)?.position;
+  return typeof position === 'number' ? position : 0;
+}

@@ -1,0 +1,139 @@
+/**
+ * Runs the client surface's follower in the api process and answers its read side's
+ * questions: has it passed a position yet (read-your-writes, as the thread queries), and
+ * what changed (live notification streams wait on its commits).
+ */
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  Inject,
+  Injectable,
+  Logger,
+  Optional,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import type { Notification } from '@runledger/domain';
+import { EVENT_STORE, type EventStore } from '@runledger/event-store';
+import { Metrics } from '@runledger/observability';
+import { APP_CONFIG, type AppConfig } from '../config/config';
+import { ApiError } from '../http/api-error';
+import { SurfaceFollower, type SurfaceObserver } from './surface.follower';
+import { SurfaceStore } from './surface.store';
+
+export const SURFACE_FILE = 'client-surface.db';
+/**
+ * The file's name inside DATA_DIR, when not SURFACE_FILE: the standalone mirror keeps its own
+ * copy, so it never shares a writer with an api on the same DATA_DIR.
+ */
+export const SURFACE_FILE_NAME = Symbol('SURFACE_FILE_NAME');
+
+@Injectable()
+export class SurfaceService
+  implements OnApplicationBootstrap, OnApplicationShutdown, SurfaceObserver
+{
+  readonly store: SurfaceStore;
+  private readonly follower: SurfaceFollower;
+  private readonly logger = new Logger('client-surface');
+  private readonly waiters = new Set<{ min: number; resolve: () => void }>();
+  private readonly listeners = new Set<(position: number) => void>();
+
+  constructor(
+    @Inject(EVENT_STORE) private readonly log: EventStore,
+    @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly metrics: Metrics,
+    @Optional() @Inject(SURFACE_FILE_NAME) fileName?: string,
+  ) {
+    mkdirSync(config.dataDir, { recursive: true });
+    this.store = new SurfaceStore(join(config.dataDir, fileName ?? SURFACE_FILE));
+    this.follower = new SurfaceFollower(log, this.store, this);
+  }
+
+  onApplicationBootstrap(): void {
+    this.follower.start();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    await this.follower.stop();
+    this.store.close();
+  }
+
+  committed(position: number, notifications: readonly Notification[]): void {
+    this.metrics.clientSurfacePosition.set(position);
+    for (const item of notifications) this.metrics.notifications.inc({ kind: item.kind });
+    for (const waiter of this.waiters) {
+      if (position >= waiter.min) {
+        this.waiters.delete(waiter);
+        waiter.resolve();
+      }
+    }
+    for (const listener of this.listeners) listener(position);
+  }
+
+  failed(error: unknown, position: number): void {
+    this.logger.error({
+      msg: 'the client surface follower stopped: a batch could not be applied',
+      position,
+      error: error instanceof Error ? error.stack : String(error),
+    });
+  }
+
+  position(): number {
+    return this.follower.current();
+  }
+
+  /** Null when healthy, else why notifications and bindings cannot be trusted to catch up. */
+  problem(): string | null {
+    const failure = this.follower.problem();
+    return failure === null ? null : `client surface stopped: ${String(failure)}`;
+  }
+
+  /** Called after every committed batch with the new position, until the returned function is called. */
+  onCommit(listener: (position: number) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * Waits up to READ_WAIT_MS for the follower to pass `minPosition` (every stream is followed,
+   * so any recorded position is passed in time), else 503 `projection_behind`.
+   */
+  async waitFor(minPosition: number | undefined): Promise<void> {
+    if (minPosition === undefined || this.follower.current() >= minPosition) return;
+    const failure = this.follower.problem();
+    if (failure !== null) {
+      throw new ApiError(
+        503,
+        'projection_stopped',
+        `the client surface stopped: ${String(failure)}`,
+      );
+    }
+    await new Promise<void>((resolve, reject) => {
+      const waiter = {
+        min: minPosition,
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+      };
+      const timer = setTimeout(() => {
+        this.waiters.delete(waiter);
+        reject(
+          new ApiError(
+            503,
+            'projection_behind',
+            `the client surface has not reached position ${minPosition} within ${this.config.readWaitMs} ms; retry`,
+            undefined,
+            { position: this.follower.current(), minPosition },
+          ),
+        );
+      }, this.config.readWaitMs);
+      this.waiters.add(waiter);
+    });
+  }
+
+  /** Waits until everything recorded so far is folded in: for decisions that must not lag. */
+  async waitForHead(): Promise<void> {
+    await this.waitFor(await this.log.headPosition());
+  }
+}
