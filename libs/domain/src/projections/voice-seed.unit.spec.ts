@@ -216,12 +216,20 @@ describe('voiceSeed', () => {
 
   it('given no token budget at all, then nothing is replayed, not even a cut turn', () => {
     const state = given(log.runStarted('r1'), log.message('r1', 'm1', 'user', 'hello')).when();
-    expect(voiceSeed(state, { maxTokens: 0 })).toEqual({ turns: [], tokenEstimate: 0 });
+    expect(voiceSeed(state, { maxTokens: 0 })).toEqual({
+      turns: [],
+      tokenEstimate: 0,
+      activeTools: [],
+    });
   });
 
   it('given no turn budget, then nothing is replayed', () => {
     const state = given(log.runStarted('r1'), log.message('r1', 'm1', 'user', 'hello')).when();
-    expect(voiceSeed(state, { maxTurns: 0 })).toEqual({ turns: [], tokenEstimate: 0 });
+    expect(voiceSeed(state, { maxTurns: 0 })).toEqual({
+      turns: [],
+      tokenEstimate: 0,
+      activeTools: [],
+    });
   });
 });
 
