@@ -28,13 +28,18 @@ interface Report {
   thresholds?: { break?: number | null };
 }
 
-/** A recorded reason; `line` only when the same change elsewhere in the file is not alike. */
+/**
+ * A recorded reason: for one change (mutator, original, replacement; `line` only when the
+ * same change elsewhere in the file is not alike), or for every survivor in `lines` of a
+ * function whose survivors share one reason.
+ */
 export interface SurvivorReason {
   file: string;
-  mutator: string;
-  original: string;
-  replacement: string;
+  mutator?: string;
+  original?: string;
+  replacement?: string;
   line?: number;
+  lines?: [number, number];
   reason: string;
 }
 
@@ -146,13 +151,16 @@ export function survivorsOf(report: Report): Survivor[] {
 }
 
 export function reasonFor(survivor: Survivor, reasons: readonly SurvivorReason[]) {
-  return reasons.find(
-    (r) =>
-      r.file === survivor.file &&
-      r.mutator === survivor.mutator &&
-      collapse(r.original) === survivor.original &&
-      collapse(r.replacement) === survivor.replacement &&
-      (r.line === undefined || r.line === survivor.line),
+  const matches = (r: SurvivorReason) =>
+    r.lines !== undefined
+      ? survivor.line >= r.lines[0] && survivor.line <= r.lines[1]
+      : r.mutator === survivor.mutator &&
+        collapse(r.original ?? '') === survivor.original &&
+        collapse(r.replacement ?? '') === survivor.replacement &&
+        (r.line === undefined || r.line === survivor.line);
+  return (
+    reasons.find((r) => r.file === survivor.file && r.lines === undefined && matches(r)) ??
+    reasons.find((r) => r.file === survivor.file && matches(r))
   );
 }
 
@@ -242,7 +250,7 @@ function main([reportPath, markdownPath, reasonsPath]: string[]): number {
   console.log(`${markdownPath} written from ${reportPath}`);
   for (const reason of unused) {
     console.warn(
-      `${reasonsPath}: no survivor matches ${reason.file} ${reason.mutator} ${code(reason.original)}: remove it`,
+      `${reasonsPath}: no survivor matches ${reason.file} ${reason.lines?.join('-') ?? `${reason.mutator} ${code(reason.original ?? '')}`}: remove it`,
     );
   }
   if (unexplained.length === 0) return 0;

@@ -678,6 +678,31 @@ describe('gateEvent: limits and metadata', () => {
     expect(stampOf(result).clampedParts).toBe(1);
   });
 
+  it('clamps metadata to the floor when only the floor fits its share, rather than emptying it', () => {
+    // Given 70 notes of 200 characters: 14 KiB, over 1/8 of a 64 KiB budget even with each
+    // note cut to 100 characters, within it with each cut to 64
+    const metadata = Object.fromEntries(
+      Array.from({ length: 70 }, (_, i) => [`n${i}`, `${i}`.padEnd(200, '.')]),
+    );
+    const event = eventOf(
+      'message.added',
+      { messageId: 'msg-1', role: 'user', text: 'x'.repeat(100_000) },
+      metadata,
+    );
+
+    const result = gateEvent(event, 64 * 1024);
+
+    expectRecordable(result, 64 * 1024);
+    const reduced = result.event.metadata as Record<string, string>;
+    expect(Object.keys(reduced)).toEqual(Object.keys(metadata));
+    // (the floor pass fits; the spare bytes then buy a few more characters, never 100)
+    for (const key of Object.keys(metadata)) {
+      const kept = clampedPrefix(metadata[key], reduced[key]);
+      expect(kept).toBeGreaterThanOrEqual(MIN_CLAMP_CHARS);
+      expect(kept).toBeLessThan(100);
+    }
+  });
+
   it('empties metadata it cannot clamp into its share, counting it once', () => {
     // Given metadata of numbers only, far over 1/8 of the budget
     const metadata = { samples: Array.from({ length: 20_000 }, (_, i) => i) };
