@@ -1,4 +1,4 @@
-/** One jest project per test tier (../shared/STYLE.md): unit, int, e2e, kafka. */
+/** One jest project per test tier: unit, int, e2e, hostile, kafka. */
 const swc = [
   '@swc/jest',
   {
@@ -26,6 +26,9 @@ module.exports = {
     { ...shared, displayName: 'unit', testMatch: ['<rootDir>/{libs,services}/**/*.unit.spec.ts'] },
     { ...shared, displayName: 'int', testMatch: ['<rootDir>/{libs,services}/**/*.int.spec.ts'] },
     { ...shared, displayName: 'e2e', testMatch: ['<rootDir>/test/**/*.e2e.spec.ts'] },
+    // Attacks on the built service as a process (docs/limits.md): every answer bounded, the
+    // event loop responsive, RSS bounded and the log unchanged throughout.
+    { ...shared, displayName: 'hostile', testMatch: ['<rootDir>/test/hostile/*.hostile.spec.ts'] },
     // Against a real Kafka broker, which the global setup starts (test/kafka/global-setup.ts)
     // only when this project is selected: the other tiers never wait for a JVM.
     {

@@ -1,7 +1,9 @@
 /**
  * HTTP appends of one event per request from 50 connections (autocannon), the real
- * runledger api against a bare Fastify server. Target: ≥ 0.25× the bare server's
- * requests/s with p99 ≤ 10 ms, SQLite durable (synchronous=FULL).
+ * runledger api (its projector and SSE follower in the same process) against a bare
+ * Fastify server: each request a 900-character message with a client-supplied event id,
+ * each connection on its own run and thread, 30 s per server. Target: ≥ 0.25× the bare
+ * server's requests/s, p99 reported, SQLite durable (synchronous=FULL).
  *
  * Why the baseline is fair: each server runs alone in a child process of its own with the
  * same Node, started the same way; the same autocannon in this process sends them the same
@@ -13,6 +15,7 @@
  *
  * The machine has 2 cores, so autocannon competes with the server for CPU in both runs.
  */
+import { randomUUID } from 'node:crypto';
 import autocannon from 'autocannon';
 import Database from 'better-sqlite3';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -25,17 +28,33 @@ import type { Bench, Section } from './lib/section';
 
 const CONNECTIONS = 50;
 const WARMUP_S = 2;
-const ROUNDS = 2;
-const ROUND_S = 5;
+const ROUNDS = 3;
+const ROUND_S = 10;
 const TARGET_RATIO = 0.25;
 const TARGET_P99_MS = 10;
 
 const API_KEY = 'benchkey-0123456789abcdef';
 const API_KEYS = `${API_KEY}=bench:append,read,admin`;
 const HEADERS = { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}` };
-const BODY = JSON.stringify({
-  events: [{ type: 'message.added', data: { messageId: 'm', role: 'user', text: 'hello' } }],
-});
+const TEXT_CHARS = 900;
+const TEXT = 'The agent read the file, ran the tests and found two failures; '
+  .repeat(Math.ceil(TEXT_CHARS / 63))
+  .slice(0, TEXT_CHARS);
+/** Every request a new event: its own client id and message id, as an agent runtime sends. */
+function body(): string {
+  return JSON.stringify({
+    events: [
+      {
+        id: randomUUID(),
+        type: 'message.added',
+        data: { messageId: randomUUID(), role: 'assistant', text: TEXT },
+      },
+    ],
+  });
+}
+const BODY_EXAMPLE = body()
+  .replace(/[0-9a-f-]{36}/g, '<uuid>')
+  .replace(TEXT, `<${TEXT_CHARS} characters>`);
 const RUN_IDS = Array.from({ length: CONNECTIONS }, (_, i) => `bench-run-${i}`);
 
 interface Load {
@@ -80,13 +99,18 @@ function fire(
     duration: seconds,
     method: 'POST',
     headers: HEADERS,
-    body: BODY,
-    // Each connection appends to its own run, so no two requests wait on one run's order.
+    // Each connection appends to its own run (in its own thread), so no two requests wait on
+    // one run's order and every thread grows.
     setupClient: (client) => {
       const runId = RUN_IDS[next % RUN_IDS.length];
       next += 1;
       client.setRequests([
-        { method: 'POST', path: `/v1/runs/${runId}/events`, headers: HEADERS, body: BODY },
+        {
+          method: 'POST',
+          path: `/v1/runs/${runId}/events`,
+          headers: HEADERS,
+          setupRequest: (request) => ({ ...request, body: body() }),
+        },
       ]);
       // The same per-response time autocannon's latency histogram records, kept unrounded.
       if (latencies)
@@ -154,7 +178,7 @@ async function startRuns(port: number): Promise<void> {
         events: [
           {
             type: 'run.started',
-            data: { threadId: 'bench-thread', agent: 'bench', source: 'api' },
+            data: { threadId: `${runId}-thread`, agent: 'bench', source: 'api' },
           },
         ],
       }),
@@ -240,9 +264,9 @@ async function run(): Promise<Section> {
     machine: describeMachine(),
     revision: codeRevision(),
     method: [
-      `autocannon ${packageVersion('autocannon')} in the bench process drives ${CONNECTIONS} connections, no pipelining. Both servers run at once, each alone in a child process; each gets a ${WARMUP_S} s warm-up, then they take turns for ${ROUNDS} rounds of ${ROUND_S} s each (${ROUNDS * ROUND_S} s measured per server), so that load from elsewhere on the host lands on both alike. Every request is \`POST /v1/runs/{runId}/events\` with \`${BODY}\`; each connection keeps to one of ${RUN_IDS.length} runs, started with a run.started event before the warm-up.`,
+      `autocannon ${packageVersion('autocannon')} in the bench process drives ${CONNECTIONS} connections, no pipelining. Both servers run at once, each alone in a child process; each gets a ${WARMUP_S} s warm-up, then they take turns for ${ROUNDS} rounds of ${ROUND_S} s each (${ROUNDS * ROUND_S} s measured per server), so that load from elsewhere on the host lands on both alike. Every request is \`POST /v1/runs/{runId}/events\` with \`${BODY_EXAMPLE}\`, a new client event id and message id each time; each connection keeps to one of ${RUN_IDS.length} runs, each in a thread of its own, started with a run.started event before the warm-up.`,
       `Baseline: a bare Fastify ${packageVersion('fastify')} server, one route at the same path that parses the same JSON body (same parser options as runledger's adapter) and answers 201 \`{}\`.`,
-      'Measured: the real service, `createApp(loadConfig(…), keys)` listening on 127.0.0.1, SQLite in a temp directory with synchronous=FULL (an acknowledged append has been fsynced). After the run, the bench checks that the file holds every acknowledged event, in all the runs.',
+      'Measured: the real service, `createApp(loadConfig(…), keys)` listening on 127.0.0.1, SQLite in a temp directory with synchronous=FULL (an acknowledged append has been fsynced), its projector folding every append into the thread read models in the same process. After the run, the bench checks that the file holds every acknowledged event, in all the runs.',
       "Requests/s counts 2xx answers over the measured rounds. Latency percentiles are over every response of the measured rounds, from autocannon's per-response time (the value its latency histogram records, which it rounds to whole milliseconds). Server CPU is the child's user+system time over the measured rounds, per successful request and in cores.",
       'The machine has 2 cores and autocannon runs on them too, as do the processes of anyone else using the host: with the bare server autocannon itself is usually the bottleneck, so the baseline is a floor on what Fastify alone can do and the ratio is conservative for runledger. Server CPU per request is the steadiest number from run to run. `BENCH_CPU_PROF=1 npm run bench -- http` writes V8 CPU profiles of both servers to bench/results/profiles/.',
     ],

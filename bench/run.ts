@@ -12,6 +12,7 @@ import type { Bench } from './lib/section';
 import { mirrorBench } from './mirror.bench';
 import { projectionsBench } from './projections.bench';
 import { sizeGateBench } from './size-gate.section';
+import { soakBench } from './soak.bench';
 import { sseBench } from './sse.bench';
 import { storeBench } from './store.bench';
 
@@ -20,6 +21,7 @@ const BENCHES: readonly Bench[] = [
   httpBench,
   sizeGateBench,
   projectionsBench,
+  soakBench,
   sseBench,
   mirrorBench,
 ];

@@ -1,5 +1,5 @@
 /**
- * `npm run replay -- <runId> [--verify]`: an operator's replay of one run from the
+ * `npm run replay -- <tenantId> <runId> [--verify]`: an operator's replay of one run from the
  * configured store (the same environment variables as the service). Prints the run as
  * NDJSON, one recorded event a line, or with --verify the audit summary; exits 1 when the
  * run does not exist or its chain does not verify.
@@ -13,27 +13,29 @@ import { RunLogService, assertRunId } from '../services/api/src/runs/run-log.ser
 async function main(argv: string[]): Promise<number> {
   const args = argv.filter((a) => a !== '--verify');
   const verify = args.length !== argv.length;
-  if (args.length !== 1) {
-    console.error('usage: npm run replay -- <runId> [--verify]');
+  if (args.length !== 2) {
+    console.error('usage: npm run replay -- <tenantId> <runId> [--verify]');
     return 2;
   }
-  const [runId] = args;
+  const [tenantId, runId] = args;
   assertRunId(runId);
   const config = loadConfig();
   const store = openEventStore(config);
   try {
     const runLog = new RunLogService(store, config, new Metrics());
-    const [first] = await store.readStream(runStream(runId), { maxCount: 1 });
+    const [first] = await store.readStream(runStream(tenantId, runId), { maxCount: 1 });
     if (!first) {
-      console.error(`run ${runId} not found in ${config.eventStoreUrl ?? config.dataDir}`);
+      console.error(
+        `run ${runId} of tenant ${tenantId} not found in ${config.eventStoreUrl ?? config.dataDir}`,
+      );
       return 1;
     }
     if (verify) {
-      const verdict = await runLog.verify(runId);
+      const verdict = await runLog.verify(tenantId, runId);
       process.stdout.write(`${JSON.stringify(verdict)}\n`);
       return verdict.verified ? 0 : 1;
     }
-    for await (const event of runLog.replay(runId)) {
+    for await (const event of runLog.replay(tenantId, runId)) {
       if (!process.stdout.write(`${JSON.stringify(event)}\n`)) {
         await new Promise((resolve) => process.stdout.once('drain', resolve));
       }

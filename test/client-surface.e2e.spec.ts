@@ -80,7 +80,8 @@ const approval = (approvalId: string) => ({
 
 it('binding, seen cursor and notifications survive a restart; a reconnecting client hears only what is new', async () => {
   const dataDir = makeTempDir();
-  const options = { dataDir, apiKeys: `${KEY}=e2e:append,read` };
+  // The client surface reaches the service through a gateway that names the user (act-as).
+  const options = { dataDir, apiKeys: `${KEY}=e2e:append,read,act-as` };
   const first = await startService(options);
   const conversation = { channel: 'telegram', account: 'bot-1', chat: '-100', topic: 'orders' };
 

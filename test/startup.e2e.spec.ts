@@ -81,3 +81,51 @@ describe('a bad setting', () => {
     expect(result.stdout).not.toMatch(/listening on/);
   });
 });
+
+describe('production', () => {
+  it.each([
+    ['NODE_ENV', { NODE_ENV: 'production' }],
+    ['RUNLEDGER_ENV', { RUNLEDGER_ENV: 'production' }],
+  ])(
+    'with %s=production refuses to start without keys or RECEIPT_SECRET, naming each, and prints no key',
+    async (_, mode) => {
+      const dataDir = makeTempDir();
+      const bare = await runUntilExit({ ...mode, HOST: '127.0.0.1', PORT: '0', DATA_DIR: dataDir });
+      expect(bare.code).not.toBe(0);
+      expect(bare.code).not.toBeNull();
+      expect(bare.stderr).toMatch(/RUNLEDGER_API_KEYS is required in production/);
+      expect(bare.stderr).toMatch(/RECEIPT_SECRET is required in production/);
+      expect(bare.stdout).not.toMatch(
+        /listening on|authenticate with: Authorization: Bearer \S{20}/,
+      );
+      expect(() => statSync(join(dataDir, 'dev-api-key'))).toThrow();
+
+      const keysOnly = await runUntilExit({
+        ...mode,
+        HOST: '127.0.0.1',
+        PORT: '0',
+        DATA_DIR: dataDir,
+        RUNLEDGER_API_KEYS: 'e2e-production-key-0123456789=e2e:read',
+      });
+      expect(keysOnly.code).not.toBe(0);
+      expect(keysOnly.stderr).toMatch(/RECEIPT_SECRET is required in production/);
+      expect(keysOnly.stderr).not.toMatch(/RUNLEDGER_API_KEYS/);
+    },
+  );
+
+  it('starts in production with keys and RECEIPT_SECRET', async () => {
+    const service = await startService({
+      dataDir: makeTempDir(),
+      apiKeys: 'e2e-production-key-0123456789=e2e:read',
+      env: { NODE_ENV: 'production', RECEIPT_SECRET: 'r'.repeat(40) },
+    });
+    try {
+      const res = await request(service.baseUrl, '/v1/threads', {
+        key: 'e2e-production-key-0123456789',
+      });
+      expect(res.status).toBe(200);
+    } finally {
+      await service.process.kill('SIGTERM');
+    }
+  });
+});

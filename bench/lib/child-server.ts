@@ -7,16 +7,35 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { RESULTS_DIR } from './report';
 
-export type ToServer = { type: 'cpu' } | { type: 'stop' };
+export type ToServer = { type: 'cpu' } | { type: 'health' } | { type: 'stop' };
 export type FromServer =
-  { type: 'listening'; port: number } | { type: 'cpu'; usage: NodeJS.CpuUsage };
+  | { type: 'listening'; port: number }
+  | { type: 'cpu'; usage: NodeJS.CpuUsage }
+  | { type: 'health'; health: ServerHealth };
+
+/** The child's event-loop delay since the last ask (perf_hooks, 10 ms resolution) and memory. */
+export interface ServerHealth {
+  eventLoopDelayMaxMs: number;
+  eventLoopDelayP99Ms: number;
+  /**
+   * The longest the loop was held by the child's own work: each late tick of a 10 ms timer
+   * counted at most as the CPU time the child used meanwhile, so time the OS gave to other
+   * processes on a shared host is left out.
+   */
+  heldMaxMs: number;
+  rssBytes: number;
+  heapUsedBytes: number;
+}
 
 export interface ChildServer {
   port: number;
   /** The child's cumulative CPU time (user and system, µs). */
   cpuUsage(): Promise<NodeJS.CpuUsage>;
+  /** The child's event-loop delay since the last call, and its memory now. */
+  health(): Promise<ServerHealth>;
   stop(): Promise<void>;
 }
 
@@ -51,6 +70,7 @@ export function startChildServer(
       resolve({
         port: message.port,
         cpuUsage: () => askCpu(child),
+        health: () => askHealth(child),
         stop: () => stopChild(child),
       });
     });
@@ -66,6 +86,18 @@ function askCpu(child: ChildProcess): Promise<NodeJS.CpuUsage> {
     };
     child.on('message', onMessage);
     child.send({ type: 'cpu' } satisfies ToServer);
+  });
+}
+
+function askHealth(child: ChildProcess): Promise<ServerHealth> {
+  return new Promise((resolve) => {
+    const onMessage = (message: FromServer) => {
+      if (message.type !== 'health') return;
+      child.off('message', onMessage);
+      resolve(message.health);
+    };
+    child.on('message', onMessage);
+    child.send({ type: 'health' } satisfies ToServer);
   });
 }
 
@@ -88,9 +120,35 @@ function stopChild(child: ChildProcess): Promise<void> {
 /** The child's side: answers the parent's messages; `stop` closes the server, then exits. */
 export function serveParent(port: number, close: () => Promise<void>): void {
   const send = (message: FromServer) => process.send?.(message);
+  const delay = monitorEventLoopDelay({ resolution: 10 });
+  delay.enable();
+  let heldMaxMs = 0;
+  let lastTick = performance.now();
+  let lastCpu = process.cpuUsage();
+  setInterval(() => {
+    const now = performance.now();
+    const cpu = process.cpuUsage(lastCpu);
+    heldMaxMs = Math.max(heldMaxMs, Math.min(now - lastTick - 10, (cpu.user + cpu.system) / 1000));
+    lastTick = now;
+    lastCpu = process.cpuUsage();
+  }, 10).unref();
   process.on('message', (message: ToServer) => {
     if (message.type === 'cpu') send({ type: 'cpu', usage: process.cpuUsage() });
-    else
+    else if (message.type === 'health') {
+      const memory = process.memoryUsage();
+      send({
+        type: 'health',
+        health: {
+          eventLoopDelayMaxMs: delay.max / 1e6,
+          eventLoopDelayP99Ms: delay.percentile(99) / 1e6,
+          heldMaxMs,
+          rssBytes: memory.rss,
+          heapUsedBytes: memory.heapUsed,
+        },
+      });
+      delay.reset();
+      heldMaxMs = 0;
+    } else
       void close().then(
         () => process.exit(0),
         (error: unknown) => {

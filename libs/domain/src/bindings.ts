@@ -24,7 +24,7 @@ export interface ChannelKey {
 export interface ChannelBound extends ChannelKey {
   bindingId: string;
   threadId: string;
-  /** The acting user who bound it (`u:<name>` or `k:<key id>`). */
+  /** The acting user who bound it (a user's name, or `key:<key id>`). */
   boundBy: string;
 }
 

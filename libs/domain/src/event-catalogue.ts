@@ -2,7 +2,7 @@
  * The catalogue as one discriminated union, and the one validator for the write path.
  */
 import type { ClassConstructor } from 'class-transformer';
-import { validateSync, type ValidationError } from 'class-validator';
+import { getMetadataStorage, validateSync, type ValidationError } from 'class-validator';
 import {
   AppendRejectedData,
   ApprovalRequestedData,
@@ -113,6 +113,29 @@ function prototypeKeys(value: unknown, field: string, index: number | undefined)
     }));
 }
 
+/** Unknown keys of the schema-shaped objects of an event's data, when one holds too many. */
+function excessKeyProblemsOf(
+  type: EventType,
+  data: Record<string, unknown>,
+  index: number | undefined,
+): Problem[] {
+  const problems = excessKeyProblems(
+    EVENT_SCHEMAS[type] as ClassConstructor<object>,
+    data,
+    'data',
+    index,
+  );
+  if (type === 'model.call' && Array.isArray(data.messages)) {
+    data.messages.forEach((m: unknown, i) => {
+      if (!isPlainObject(m)) return;
+      for (const problem of excessKeyProblems(ModelMessage, m, `data.messages.${i}`, index)) {
+        problems.push(problem);
+      }
+    });
+  }
+  return problems;
+}
+
 /** The schema-shaped objects of an event's data: the data itself, its stamp, model messages. */
 function schemaKeyProblems(data: Record<string, unknown>, index: number | undefined): Problem[] {
   const problems = prototypeKeys(data, 'data', index);
@@ -123,6 +146,48 @@ function schemaKeyProblems(data: Record<string, unknown>, index: number | undefi
     );
   }
   return problems;
+}
+
+/**
+ * No schema declares this many fields: an object with more has unknown keys. They are named
+ * without class-validator, whose cost grows with every key (thousands of unknown keys held
+ * the event loop for hundreds of milliseconds there); the request is refused all the same.
+ */
+export const MAX_SCHEMA_FIELDS = 32;
+
+const declaredFieldsCache = new Map<ClassConstructor<object>, ReadonlySet<string>>();
+
+function declaredFields(schema: ClassConstructor<object>): ReadonlySet<string> {
+  let fields = declaredFieldsCache.get(schema);
+  if (!fields) {
+    const metadata = getMetadataStorage().getTargetValidationMetadatas(schema, '', true, false);
+    fields = new Set(metadata.map((m) => m.propertyName));
+    declaredFieldsCache.set(schema, fields);
+  }
+  return fields;
+}
+
+/**
+ * When `value` holds more than MAX_SCHEMA_FIELDS keys, its keys `schema` does not declare,
+ * each as the whitelist would name it; otherwise none (class-validator decides).
+ */
+export function excessKeyProblems(
+  schema: ClassConstructor<object>,
+  value: Record<string, unknown>,
+  field: string,
+  index?: number,
+): Problem[] {
+  const keys = Object.keys(value);
+  if (keys.length <= MAX_SCHEMA_FIELDS) return [];
+  const declared = declaredFields(schema);
+  return keys
+    .filter((key) => !declared.has(key))
+    .map((key) => ({
+      index,
+      field: `${field}.${key}`,
+      rule: 'whitelistValidation',
+      message: `${field}.${key} is not allowed`,
+    }));
 }
 
 export const MAX_JSON_DEPTH = 64;
@@ -204,7 +269,8 @@ function flatten(errors: ValidationError[], prefix: string, index: number | unde
       const wording = rule === 'whitelistValidation' ? `${field} is not allowed` : message;
       problems.push({ index, field, rule, message: wording });
     }
-    if (error.children?.length) problems.push(...flatten(error.children, field, index));
+    // A loop, not push(...): a spread of many thousand problems overflows the call stack.
+    for (const child of flatten(error.children ?? [], field, index)) problems.push(child);
   }
   return problems;
 }
@@ -254,6 +320,7 @@ export function validateEvent(input: unknown, index?: number): Validated<ValidEv
   const normalized = normalizeData(type, data);
   // Before any instance exists: an own `constructor` key would mislead the validator itself.
   const keyProblems = schemaKeyProblems(normalized, index);
+  for (const problem of excessKeyProblemsOf(type, normalized, index)) keyProblems.push(problem);
   if (keyProblems.length > 0) return { ok: false, problems: [...problems, ...keyProblems] };
   const instance = schemaInstance(type, normalized);
   const errors = validateSync(instance, {
@@ -261,7 +328,7 @@ export function validateEvent(input: unknown, index?: number): Validated<ValidEv
     forbidNonWhitelisted: true,
     forbidUnknownValues: true,
   });
-  problems.push(...flatten(errors, 'data', index));
+  for (const problem of flatten(errors, 'data', index)) problems.push(problem);
   if (problems.length > 0) return { ok: false, problems };
   return {
     ok: true,

@@ -297,3 +297,44 @@ describe('JSON values the log must not record', () => {
     ]);
   });
 });
+
+describe('validateEvent: objects with more keys than any schema declares', () => {
+  const unknown = (n: number) =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [`extra${i}`, i]));
+
+  it.each(EVENT_TYPES)(
+    '%s: names every unknown key of its data, the declared ones aside',
+    (type) => {
+      const example = exampleEvent(type);
+      const problems = problemsOf(
+        validateEvent({ ...example, data: { ...example.data, ...unknown(5000) } }, 3),
+      );
+      expect(problems).toHaveLength(5000);
+      expect(problems[4999]).toEqual({
+        index: 3,
+        field: 'data.extra4999',
+        rule: 'whitelistValidation',
+        message: 'data.extra4999 is not allowed',
+      });
+    },
+  );
+
+  it('names the unknown keys of a model.call message the same way', () => {
+    const example = exampleEvent('model.call');
+    const messages = [{ role: 'user', content: 'hi', ...unknown(40) }];
+    const problems = problemsOf(validateEvent({ ...example, data: { ...example.data, messages } }));
+    expect(problems.map((p) => p.field)).toEqual(
+      Array.from({ length: 40 }, (_, i) => `data.messages.0.extra${i}`),
+    );
+  });
+
+  it('names the same unknown keys as the whitelist when there are few', () => {
+    const example = exampleEvent('message.added');
+    const problems = problemsOf(
+      validateEvent({ ...example, data: { ...example.data, ...unknown(3) } }),
+    );
+    expect(problems.map((p) => [p.field, p.rule])).toEqual(
+      [0, 1, 2].map((i) => [`data.extra${i}`, 'whitelistValidation']),
+    );
+  });
+});

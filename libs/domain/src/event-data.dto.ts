@@ -301,9 +301,16 @@ export class ApprovalResolvedData extends EventData {
   @IsIn(DECISIONS)
   decision!: Decision;
 
+  /** The receipt's id (`rid`); the bearer token itself goes to the resolver only. */
   @IsString()
   @IsNotEmpty()
   receipt!: string;
+
+  /** SHA-256 of the bearer receipt: proves which token was issued without holding it. */
+  @IsOptional()
+  @IsString()
+  @Matches(/^[0-9a-f]{64}$/)
+  receiptDigest?: string;
 
   @IsOptional()
   @IsString()
@@ -332,4 +339,10 @@ export class AppendRejectedData extends EventData {
   @IsInt()
   @Min(0)
   limitBytes?: number;
+
+  /** Refusals this one marker stands for (coalesced per key, run and window); absent: one. */
+  @IsOptional()
+  @IsInt()
+  @Min(2)
+  count?: number;
 }

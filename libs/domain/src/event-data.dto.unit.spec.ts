@@ -159,6 +159,7 @@ const FIELDS: FieldTable = {
     approvalId: id(),
     decision: oneOf('maybe'),
     receipt: { required: true, refused: [42, null, {}, ''] },
+    receiptDigest: { required: false, refused: [42, 'not-a-digest', 'A'.repeat(64)] },
     decidedBy: text(false),
     downgraded: { required: false, refused: ['false', 0] },
     policyRevision: text(false),
@@ -168,6 +169,7 @@ const FIELDS: FieldTable = {
     reason: { required: true, refused: [42, null, {}, ''] },
     declaredBytes: { required: true, refused: ['5', true, null, 1.5, -1] },
     limitBytes: { required: false, refused: ['5', true, 1.5, -1] },
+    count: { required: false, refused: ['5', true, 1.5, 0, 1] },
   },
 };
 

@@ -1,8 +1,10 @@
 /**
- * One-use approval receipts: the decision, signed with HMAC-SHA256 and bound to the tool,
- * a digest of its input, the policy revision, the caller's context and an expiry, so it
- * cannot be replayed for another command, thread or policy (../shared/BACKGROUND.md §2).
- * Format: base64url(JSON claims) "." base64url(HMAC-SHA256(secret, first part)).
+ * One-use approval receipts: the decision, signed with HMAC-SHA256 and bound to the tenant,
+ * run, thread, tool call, tool, a digest of its input, the policy revision, the user and an
+ * expiry. Consuming one re-checks what it is bound to against the run and the policy as they
+ * are now (`consumeRefusal`), so it cannot be replayed for another command, thread, user or
+ * policy. Format: base64url(JSON claims) "." base64url(HMAC-SHA256(secret, first part)).
+ * The bearer receipt goes to the resolver only; the log keeps its id and `receiptDigest`.
  */
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import { canonicalJson } from './canonical-json';
@@ -10,9 +12,10 @@ import { isPlainObject } from './event-catalogue';
 import type { Decision } from './event-types';
 
 export interface ReceiptClaims {
-  /** The receipt's own id: consuming it appends to `receipt-<rid>`. */
+  /** The receipt's own id: consuming it appends to the tenant's `receipt-<tenant>-<rid>`. */
   rid: string;
   tool: string;
+  toolCallId: string;
   inputDigest: string;
   policyRevision: string;
   tenant: string;
@@ -34,6 +37,11 @@ export function inputDigest(input: unknown): string {
   return createHash('sha256').update(canonicalJson(input)).digest('hex');
 }
 
+/** What the log keeps of a receipt instead of the bearer token: SHA-256 of the token. */
+export function receiptDigest(receipt: string): string {
+  return createHash('sha256').update(receipt).digest('hex');
+}
+
 function mac(secret: string, body: string): Buffer {
   return createHmac('sha256', secret).update(body).digest();
 }
@@ -46,6 +54,7 @@ export function signReceipt(claims: ReceiptClaims, secret: string): string {
 const CLAIM_TYPES: Record<keyof ReceiptClaims, 'string' | 'number'> = {
   rid: 'string',
   tool: 'string',
+  toolCallId: 'string',
   inputDigest: 'string',
   policyRevision: 'string',
   tenant: 'string',
@@ -85,4 +94,72 @@ export function verifyReceipt(receipt: unknown, secret: string, nowSeconds: numb
   const typed = claims as unknown as ReceiptClaims;
   if (typed.exp <= nowSeconds) return { ok: false, reason: 'expired' };
   return { ok: true, claims: typed };
+}
+
+/** Why a verified receipt may not be consumed now. */
+export type ConsumeRefusal =
+  | 'tool_mismatch'
+  | 'tool_call_mismatch'
+  | 'input_mismatch'
+  | 'denied'
+  | 'user_mismatch'
+  | 'run_finished'
+  | 'superseded'
+  | 'policy_forbids';
+
+/** What consuming needs to know of the run now, folded from its own stream. */
+export interface ConsumeContext {
+  threadId: string;
+  finished: boolean;
+  /** The approval the receipt names, as recorded: its tool call and its resolution's receipt id. */
+  approval?: { toolCallId: string; resolvedReceipt?: string; resolvedDigest?: string };
+  /** The newest approval asked for the receipt's tool call. */
+  latestApprovalId?: string;
+}
+
+export interface ConsumeAttempt {
+  toolName: string;
+  /** Optional: a consumer that names the call has it checked too. */
+  toolCallId?: string;
+  inputDigest: string;
+  /** The acting user consuming. */
+  user: string;
+  /** The bearer token itself, so a legacy resolution that recorded it is still recognised. */
+  receipt: string;
+}
+
+/**
+ * Decides whether a verified receipt may be consumed now: for the tool, call and input it
+ * names, by the user it was issued to, while its run is still going, its approval is the
+ * newest for its call and was resolved with this very receipt, and the policy now allows the
+ * tool. Null: consume it.
+ */
+export function consumeRefusal(
+  claims: ReceiptClaims,
+  attempt: ConsumeAttempt,
+  run: ConsumeContext,
+  policyAllows: boolean,
+): ConsumeRefusal | null {
+  if (claims.tool !== attempt.toolName) return 'tool_mismatch';
+  if (attempt.toolCallId !== undefined && attempt.toolCallId !== claims.toolCallId)
+    return 'tool_call_mismatch';
+  if (claims.inputDigest !== attempt.inputDigest) return 'input_mismatch';
+  if (claims.decision !== 'allow') return 'denied';
+  if (claims.user !== attempt.user) return 'user_mismatch';
+  if (run.finished) return 'run_finished';
+  const approval = run.approval;
+  const resolvedWithThis =
+    approval !== undefined &&
+    (approval.resolvedReceipt === claims.rid || approval.resolvedReceipt === attempt.receipt) &&
+    (approval.resolvedDigest === undefined ||
+      approval.resolvedDigest === receiptDigest(attempt.receipt));
+  if (
+    !resolvedWithThis ||
+    approval.toolCallId !== claims.toolCallId ||
+    run.threadId !== claims.thread ||
+    run.latestApprovalId !== claims.approvalId
+  )
+    return 'superseded';
+  if (!policyAllows) return 'policy_forbids';
+  return null;
 }

@@ -1,10 +1,20 @@
 import { createHmac } from 'node:crypto';
-import { inputDigest, signReceipt, verifyReceipt, type ReceiptClaims } from './receipts';
+import {
+  consumeRefusal,
+  inputDigest,
+  receiptDigest,
+  signReceipt,
+  verifyReceipt,
+  type ConsumeAttempt,
+  type ConsumeContext,
+  type ReceiptClaims,
+} from './receipts';
 
 const SECRET = 'a-secret-of-at-least-thirty-two-characters';
 const claims: ReceiptClaims = {
   rid: '0192e3a0-0000-7000-8000-000000000001',
   tool: 'deploy',
+  toolCallId: 'tc-1',
   inputDigest: inputDigest({ env: 'prod', replicas: 2 }),
   policyRevision: 'c0ffee',
   tenant: 'acme',
@@ -85,5 +95,61 @@ describe('receipts', () => {
   it('bind the input by its canonical digest: key order does not matter, values do', () => {
     expect(inputDigest({ replicas: 2, env: 'prod' })).toBe(claims.inputDigest);
     expect(inputDigest({ env: 'prod', replicas: 3 })).not.toBe(claims.inputDigest);
+  });
+});
+
+describe('consuming a receipt', () => {
+  const token = signReceipt(claims, SECRET);
+  const attempt: ConsumeAttempt = {
+    toolName: 'deploy',
+    inputDigest: claims.inputDigest,
+    user: 'u:ana',
+    receipt: token,
+  };
+  const run: ConsumeContext = {
+    threadId: 'thread-1',
+    finished: false,
+    approval: {
+      toolCallId: 'tc-1',
+      resolvedReceipt: claims.rid,
+      resolvedDigest: receiptDigest(token),
+    },
+    latestApprovalId: 'ap-1',
+  };
+
+  it('is allowed for its tool, call, input and user while the run goes on and the policy allows', () => {
+    expect(consumeRefusal(claims, attempt, run, true)).toBeNull();
+    expect(consumeRefusal(claims, { ...attempt, toolCallId: 'tc-1' }, run, true)).toBeNull();
+  });
+
+  it.each<[string, Partial<ConsumeAttempt>, Partial<ConsumeContext>, boolean, string]>([
+    ['another tool', { toolName: 'destroy' }, {}, true, 'tool_mismatch'],
+    ['another tool call', { toolCallId: 'tc-2' }, {}, true, 'tool_call_mismatch'],
+    ['another input', { inputDigest: inputDigest({ env: 'dev' }) }, {}, true, 'input_mismatch'],
+    ['another user', { user: 'u:mallory' }, {}, true, 'user_mismatch'],
+    ['a run that finished or was stopped', {}, { finished: true }, true, 'run_finished'],
+    ['an approval asked again for the call', {}, { latestApprovalId: 'ap-2' }, true, 'superseded'],
+    [
+      'an approval resolved with another receipt',
+      {},
+      { approval: { toolCallId: 'tc-1', resolvedReceipt: 'other' } },
+      true,
+      'superseded',
+    ],
+    ['an approval not in the run', {}, { approval: undefined }, true, 'superseded'],
+    ['a policy that no longer allows the tool', {}, {}, false, 'policy_forbids'],
+  ])('is refused for %s', (_, tried, now, policyAllows, reason) => {
+    expect(consumeRefusal(claims, { ...attempt, ...tried }, { ...run, ...now }, policyAllows)).toBe(
+      reason,
+    );
+  });
+
+  it('is refused for a deny', () => {
+    expect(consumeRefusal({ ...claims, decision: 'deny' }, attempt, run, true)).toBe('denied');
+  });
+
+  it('recognises a resolution recorded before the log kept ids: the token itself', () => {
+    const legacy = { ...run, approval: { toolCallId: 'tc-1', resolvedReceipt: token } };
+    expect(consumeRefusal(claims, attempt, legacy, true)).toBeNull();
   });
 });

@@ -2,12 +2,6 @@
  * The run's lifecycle rules for an append, as a pure decision over what the stream's last
  * recorded event says. No I/O: the caller reads the head and acts on the verdict.
  */
-export const RUN_STREAM_PREFIX = 'run-';
-
-export function runStream(runId: string): string {
-  return `${RUN_STREAM_PREFIX}${runId}`;
-}
-
 /** What an append needs to know about a run: read from its last recorded event. */
 export interface RunHead {
   revision: number;
@@ -85,7 +79,7 @@ export function checkRunAppend(
  * The run's active turn after `event`. A turn ends with its own `turn.finished` (one naming
  * another turn changes nothing) or with the run.
  */
-function nextActiveTurn(active: string | null, event: RuleEvent): string | null {
+export function nextActiveTurn(active: string | null, event: RuleEvent): string | null {
   const turnId = (event.data as { turnId?: unknown } | null)?.turnId;
   switch (event.type) {
     case 'turn.started':

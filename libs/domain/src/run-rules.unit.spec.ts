@@ -4,11 +4,10 @@
  */
 import fc from 'fast-check';
 import type { EventType } from './event-types';
-import { runCommandState } from './run-commands';
+import { foldRunState } from './run-decider';
 import {
   checkRunAppend,
   runHeadOf,
-  runStream,
   stampActiveTurns,
   type RuleEvent,
   type RunHead,
@@ -321,7 +320,7 @@ describe('stampActiveTurns', () => {
               head = runHeadOf(recorded[recorded.length - 1]);
             }
           }
-          expect(head.activeTurnId).toBe(runCommandState(recorded).activeTurnId);
+          expect(head.activeTurnId).toBe(foldRunState(recorded).activeTurnId);
         },
       ),
     );
@@ -375,11 +374,5 @@ describe('runHeadOf', () => {
     const message = ofTypes(['message.added']);
     expect(checkRunAppend(finished, TENANT, RUN, message)?.code).toBe('run_finished');
     expect(checkRunAppend(open, TENANT, RUN, message)).toBeNull();
-  });
-});
-
-describe('runStream', () => {
-  it('names a run’s stream run-<runId>', () => {
-    expect(runStream('abc-1')).toBe('run-abc-1');
   });
 });

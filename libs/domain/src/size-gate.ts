@@ -821,7 +821,7 @@ const RULES: { readonly [K in EventType]: TypeRules } = {
     required: ['approvalId', 'toolCallId', 'toolName', 'input'],
   },
   'approval.resolved': {
-    verbatim: ['decision', 'downgraded'],
+    verbatim: ['decision', 'downgraded', 'receiptDigest'],
     fixed: ['approvalId'],
     bulky: {},
     required: ['approvalId', 'decision', 'receipt'],

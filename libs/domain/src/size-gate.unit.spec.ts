@@ -571,7 +571,16 @@ describe('gateEvent: other types', () => {
 function inflate(type: EventType, limitBytes: number): Data {
   const size = (atOneMib: number) => Math.ceil((atOneMib * limitBytes) / MIB);
   const data: Data = { ...EVENT_DATA_EXAMPLES[type] };
-  const enums = new Set(['role', 'source', 'status', 'decision', 'failed', 'downgraded']);
+  // Fixed formats: an enum's members, a SHA-256 digest in hex.
+  const enums = new Set([
+    'role',
+    'source',
+    'status',
+    'decision',
+    'failed',
+    'downgraded',
+    'receiptDigest',
+  ]);
   const ids = new Set(['turnId', 'messageId', 'utteranceId', 'callId', 'toolCallId', 'approvalId']);
   const labels = new Set(['agent', 'title', 'model', 'toolName']);
   for (const key of Object.keys(data)) {

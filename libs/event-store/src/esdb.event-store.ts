@@ -49,12 +49,16 @@ import {
   type EventToAppend,
   type ExpectedRevision,
   type HeadPositionOptions,
+  isOfThread,
   type ReadAllOptions,
   type ReadStreamOptions,
   type RecordedEvent,
   type SubscribeOptions,
   type Subscription,
 } from './event-store.port';
+
+/** Events read per page while looking for one thread's events. */
+const THREAD_SCAN_PAGE = 1000;
 
 /** What the adapter needs of a subscription: the client's is a Node Readable. */
 export interface EsdbSubscriptionSource extends AsyncIterable<AllStreamResolvedEvent> {
@@ -220,8 +224,24 @@ export class EsdbEventStore implements EventStore {
     }
   }
 
+  /** Looks among the stream's last IDEMPOTENCY_WINDOW events, where a retry's ids are. */
+  async readByIds(stream: string, ids: readonly string[]): Promise<RecordedEvent[]> {
+    if (ids.length === 0) return [];
+    const window = await this.readStreamOrEmpty(stream, {
+      direction: BACKWARDS,
+      fromRevision: END,
+      maxCount: IDEMPOTENCY_WINDOW,
+    });
+    const byId = new Map(window.map((event) => [event.id, event]));
+    return ids.flatMap((id) => {
+      const event = byId.get(id);
+      return event === undefined ? [] : [event];
+    });
+  }
+
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
     if (options.maxCount === 0) return [];
+    if (options.thread) return this.readAllOfThread(options, options.thread);
     const prefix = options.streamPrefix;
     try {
       const resolved = await collect(
@@ -235,6 +255,38 @@ export class EsdbEventStore implements EventStore {
       return mapResolved(resolved).filter((event) => isVisible(event, prefix));
     } catch (error) {
       throw toStoreError(error);
+    }
+  }
+
+  /**
+   * EventStoreDB has no index on metadata (a server-side projection would be one, but this
+   * adapter adds nothing to the server): the thread's events are found by reading the
+   * prefixed log in pages and keeping the thread's, until `maxCount` of them or the end.
+   */
+  private async readAllOfThread(
+    options: ReadAllOptions,
+    thread: NonNullable<ReadAllOptions['thread']>,
+  ): Promise<RecordedEvent[]> {
+    const wanted = options.maxCount ?? Number.POSITIVE_INFINITY;
+    const found: RecordedEvent[] = [];
+    let from = options.fromPosition ?? 0;
+    let seen = -1;
+    for (;;) {
+      const page = await this.readAll({
+        fromPosition: from,
+        maxCount: THREAD_SCAN_PAGE,
+        streamPrefix: options.streamPrefix,
+      });
+      for (const event of page) {
+        // Each page starts at the last one's final event (positions are read inclusively).
+        if (event.position <= seen) continue;
+        seen = event.position;
+        if (!isOfThread(event, thread)) continue;
+        found.push(event);
+        if (found.length >= wanted) return found;
+      }
+      if (page.length < THREAD_SCAN_PAGE) return found;
+      from = page[page.length - 1].position;
     }
   }
 

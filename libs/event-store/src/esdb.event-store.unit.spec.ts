@@ -273,6 +273,24 @@ describe('EsdbEventStore (stubbed client)', () => {
       });
     });
 
+    it('readByIds answers the recorded ones in the order asked, from the same window a retry is looked for in', async () => {
+      const { client, store } = setUp();
+      const batch = [event(1), event(2), event(3)];
+      await store.append(STREAM, batch);
+      client.readStream.mockClear();
+      const found = await store.readByIds(STREAM, [batch[2].id, randomUUID(), batch[0].id]);
+      expect(found.map((e) => [e.id, e.revision])).toEqual([
+        [batch[2].id, 2],
+        [batch[0].id, 0],
+      ]);
+      expect(client.readStream).toHaveBeenCalledWith(STREAM, {
+        direction: BACKWARDS,
+        fromRevision: END,
+        maxCount: IDEMPOTENCY_WINDOW,
+      });
+      expect(await store.readByIds(STREAM, [])).toEqual([]);
+    });
+
     it('looks back a bounded window for any', async () => {
       const { client, store } = setUp();
       await store.append(STREAM, [event(1)]);

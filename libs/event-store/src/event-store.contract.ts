@@ -4,6 +4,7 @@
  * Streams are named uniquely per test so the suite can run against a shared live server.
  */
 import { randomUUID } from 'node:crypto';
+import { runStream } from '@runledger/domain';
 import {
   EventIdConflictError,
   WrongExpectedRevisionError,
@@ -123,6 +124,37 @@ export function describeEventStoreContract(
       });
     });
 
+    describe('ids per tenant', () => {
+      it('two tenants may record the same event id in their own runs of the same id', async () => {
+        const shared = event(1);
+        const a = runStream(`${prefix}a`, 'r1');
+        const b = runStream(`${prefix}b`, 'r1');
+        const first = await store.append(a, [shared], { expectedRevision: 'no_stream' });
+        const second = await store.append(b, [{ ...shared, data: { n: 2 } }], {
+          expectedRevision: 'no_stream',
+        });
+        expect(first.idempotent).toBe(false);
+        expect(second.idempotent).toBe(false);
+        expect((await store.readStream(a)).map((e) => e.data)).toEqual([{ n: 1 }]);
+        expect((await store.readStream(b)).map((e) => e.data)).toEqual([{ n: 2 }]);
+      });
+    });
+
+    describe('readByIds', () => {
+      it("answers the stream's events with those ids, in the order asked, leaving out the rest", async () => {
+        const batch = events(3);
+        await store.append(stream('a'), batch);
+        await store.append(stream('b'), [event(9, { id: 'x' + randomUUID() })]);
+        const found = await store.readByIds(stream('a'), [batch[2].id, randomUUID(), batch[0].id]);
+        expect(found.map((e) => [e.id, e.revision, e.data])).toEqual([
+          [batch[2].id, 2, { n: 2 }],
+          [batch[0].id, 0, { n: 0 }],
+        ]);
+        expect(await store.readByIds(stream('b'), [batch[0].id])).toEqual([]);
+        expect(await store.readByIds(stream('none'), [batch[0].id])).toEqual([]);
+      });
+    });
+
     describe('atomicity', () => {
       it('a refused batch writes none of its events', async () => {
         await store.append(stream('a'), events(1));
@@ -200,6 +232,29 @@ export function describeEventStoreContract(
         });
         expect(limited).toHaveLength(2);
         expect(await store.headPosition()).toBeGreaterThanOrEqual(all[4].position);
+      });
+
+      it('readAll with a thread answers only the events stamped with that tenant and thread, in order', async () => {
+        const thread = { tenantId: `tenant-${randomUUID()}`, threadId: 'th-1' };
+        const stamped = (n: number, threadId: string, tenantId = thread.tenantId) =>
+          event(n, { metadata: { tenantId, threadId } });
+        const first = await store.append(stream('t-run-1'), [
+          stamped(0, 'th-1'),
+          stamped(1, 'th-2'),
+        ]);
+        await store.append(stream('t-run-2'), [stamped(2, 'th-1', 'another-tenant')]);
+        await store.append(stream('t-run-3'), [stamped(3, 'th-1'), stamped(4, 'th-1')]);
+        const read = await store.readAll({ thread });
+        expect(read.map((e) => (e.data as { n: number }).n)).toEqual([0, 3, 4]);
+        assertStrictlyIncreasing(read);
+        const after = await store.readAll({
+          thread,
+          fromPosition: first.events[0].position + 1,
+          maxCount: 1,
+        });
+        expect(after.map((e) => (e.data as { n: number }).n)).toEqual([3]);
+        const prefixed = await store.readAll({ thread, streamPrefix: stream('t-run-3') });
+        expect(prefixed.map((e) => (e.data as { n: number }).n)).toEqual([3, 4]);
       });
 
       it('headPosition with a prefix is the newest event of those streams, not of the log', async () => {

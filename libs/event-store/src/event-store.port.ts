@@ -52,8 +52,24 @@ export interface ReadStreamOptions {
 export interface ReadAllOptions {
   /** Inclusive; 0 reads from the beginning. */
   fromPosition?: number;
+  /** Most events answered (after every filter). */
   maxCount?: number;
   streamPrefix?: string;
+  /**
+   * Only events whose metadata names this tenant and thread (the server stamps both into
+   * every run event). The embedded store reads them through an index.
+   */
+  thread?: ThreadFilter;
+}
+
+export interface ThreadFilter {
+  tenantId: string;
+  threadId: string;
+}
+
+/** Whether an event's metadata names the thread. */
+export function isOfThread(event: RecordedEvent, thread: ThreadFilter): boolean {
+  return event.metadata.tenantId === thread.tenantId && event.metadata.threadId === thread.threadId;
 }
 
 export interface HeadPositionOptions {
@@ -77,12 +93,21 @@ export interface EventStoreWriter {
    * Appends a batch atomically. Ids already recorded in the stream with the same type and
    * data make the call idempotent (the originals are answered, nothing is written) whatever
    * the expected revision; an id recorded with other content is an `EventIdConflictError`.
+   * Ids never clash across tenants (`eventIdScope` in libs/domain). Within a tenant, SQLite
+   * refuses an id recorded in another of its streams; EventStoreDB, which has no index across
+   * streams, checks ids within their stream.
    */
   append(stream: string, events: EventToAppend[], options?: AppendOptions): Promise<AppendResult>;
 }
 
 export interface EventStoreReader {
   readStream(stream: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
+  /**
+   * The events of `stream` recorded under these ids, in the order of `ids`; an id the stream
+   * does not hold is left out. Lets a caller recognise a retried batch without a second copy
+   * of the idempotency rule.
+   */
+  readByIds(stream: string, ids: readonly string[]): Promise<RecordedEvent[]>;
   readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
   subscribeToAll(options?: SubscribeOptions): Subscription;
   /** Position of the newest event in the log (or in the streams with the prefix), 0 when none. */

@@ -4,3 +4,4 @@ export * from './open-event-store';
 export * from './sqlite.event-store';
 export * from './esdb.event-store';
 export * from './checkpoints';
+export * from './checkpointed-processor';

@@ -1,7 +1,10 @@
+import Database from 'better-sqlite3';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ChainVerifier, receiptStream, runStream, sealBatch } from '@runledger/domain';
 import { describeEventStoreContract } from './event-store.contract';
+import { EventIdConflictError } from './event-store.port';
 import { SqliteEventStore } from './sqlite.event-store';
 
 const dir = mkdtempSync(join(tmpdir(), 'runledger-sqlite-'));
@@ -11,3 +14,120 @@ describeEventStoreContract(
   'SQLite',
   async () => new SqliteEventStore({ file: join(dir, 'events.db') }),
 );
+
+describe('SQLite event ids', () => {
+  it('are unique per tenant: a tenant cannot record one id in two of its runs', async () => {
+    const store = new SqliteEventStore({ file: join(dir, 'ids.db') });
+    try {
+      const id = '00000000-0000-7000-8000-000000000001';
+      const one = { id, type: 't', data: {}, metadata: {} };
+      await store.append(runStream('acme', 'r1'), [one]);
+      await expect(store.append(runStream('acme', 'r2'), [one])).rejects.toThrow(
+        EventIdConflictError,
+      );
+      await expect(store.append(runStream('globex', 'r2'), [one])).resolves.toMatchObject({
+        idempotent: false,
+      });
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('a log written before streams were scoped by tenant', () => {
+  /** The layout of every release before tenant-scoped streams, with what the service wrote. */
+  function writeLegacyLog(file: string): void {
+    const db = new Database(file);
+    db.exec(`
+      CREATE TABLE events (
+        position    INTEGER PRIMARY KEY AUTOINCREMENT,
+        stream      TEXT    NOT NULL,
+        revision    INTEGER NOT NULL,
+        id          TEXT    NOT NULL UNIQUE,
+        type        TEXT    NOT NULL,
+        data        TEXT    NOT NULL,
+        metadata    TEXT    NOT NULL,
+        recorded_at TEXT    NOT NULL,
+        UNIQUE (stream, revision)
+      );
+    `);
+    const insert = db.prepare(
+      'INSERT INTO events (stream, revision, id, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
+    );
+    const context = { tenantId: 'acme-eu', runId: 'run-1', threadId: 'th-1' };
+    const sealed = sealBatch(null, context, [
+      {
+        id: 'e1',
+        type: 'run.started',
+        data: { threadId: 'th-1', agent: 'a', source: 'api' },
+        metadata: {},
+      },
+      {
+        id: 'e2',
+        type: 'message.added',
+        data: { messageId: 'm', role: 'user', text: 'hi' },
+        metadata: {},
+      },
+    ]);
+    sealed.forEach((e, revision) =>
+      insert.run(
+        'run-run-1',
+        revision,
+        e.id,
+        e.type,
+        JSON.stringify(e.data),
+        JSON.stringify(e.metadata),
+        '2026-01-01T00:00:00.000Z',
+      ),
+    );
+    insert.run(
+      'receipt-rid-1',
+      0,
+      'c1',
+      'receipt.consumed',
+      '{}',
+      JSON.stringify({ tenantId: 'acme-eu' }),
+      '2026-01-01T00:00:01.000Z',
+    );
+    insert.run('checkpoint-x', 0, 'o1', 'other', '{}', '{}', '2026-01-01T00:00:02.000Z');
+    db.close();
+  }
+
+  it('is upgraded on open: streams move into their tenant, positions and the hash chain are kept', async () => {
+    const file = join(dir, 'legacy.db');
+    writeLegacyLog(file);
+    const store = new SqliteEventStore({ file });
+    try {
+      const run = await store.readStream(runStream('acme-eu', 'run-1'));
+      expect(run.map((e) => [e.id, e.revision, e.position])).toEqual([
+        ['e1', 0, 1],
+        ['e2', 1, 2],
+      ]);
+      const verifier = new ChainVerifier('run-1');
+      for (const e of run) verifier.add(e);
+      expect(verifier.verdict()).toMatchObject({ verified: true, count: 2 });
+      expect(await store.readStream('run-run-1')).toEqual([]);
+      expect(await store.readStream(receiptStream('acme-eu', 'rid-1'))).toHaveLength(1);
+      expect(await store.readStream('checkpoint-x')).toHaveLength(1);
+      // Appends continue after the kept positions, and the old ids stay taken in their tenant.
+      const next = await store.append(runStream('acme-eu', 'run-1'), [
+        { id: 'e3', type: 't', data: {}, metadata: {} },
+      ]);
+      expect(next).toMatchObject({ firstRevision: 2, position: 5 });
+      await expect(
+        store.append(runStream('acme-eu', 'run-2'), [
+          { id: 'e1', type: 't', data: {}, metadata: {} },
+        ]),
+      ).rejects.toThrow(EventIdConflictError);
+    } finally {
+      await store.close();
+    }
+    // A second open finds the new layout and changes nothing.
+    const again = new SqliteEventStore({ file });
+    try {
+      expect(await again.readStream(runStream('acme-eu', 'run-1'))).toHaveLength(3);
+    } finally {
+      await again.close();
+    }
+  });
+});

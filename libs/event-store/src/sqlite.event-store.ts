@@ -6,7 +6,7 @@
  */
 import Database, { type Database as Db, type Statement } from 'better-sqlite3';
 import { EventEmitter } from 'node:events';
-import { canonicalJson } from '@runledger/domain';
+import { canonicalJson, eventIdScope } from '@runledger/domain';
 import {
   EventIdConflictError,
   expectationHolds,
@@ -24,6 +24,7 @@ import {
   type SubscribeOptions,
   type Subscription,
 } from './event-store.port';
+import { EVENTS_SCHEMA, migrateSqliteLog } from './sqlite.migrations';
 
 export type SqliteSynchronous = 'FULL' | 'NORMAL';
 
@@ -56,20 +57,6 @@ interface PendingAppend {
   reject: (error: unknown) => void;
 }
 
-const SCHEMA = `
-  CREATE TABLE IF NOT EXISTS events (
-    position    INTEGER PRIMARY KEY AUTOINCREMENT,
-    stream      TEXT    NOT NULL,
-    revision    INTEGER NOT NULL,
-    id          TEXT    NOT NULL UNIQUE,
-    type        TEXT    NOT NULL,
-    data        TEXT    NOT NULL,
-    metadata    TEXT    NOT NULL,
-    recorded_at TEXT    NOT NULL,
-    UNIQUE (stream, revision)
-  );
-`;
-
 const READ_BATCH = 500;
 
 export class SqliteEventStore implements EventStore {
@@ -82,14 +69,15 @@ export class SqliteEventStore implements EventStore {
   private closed = false;
   private readonly statements: {
     head: Statement<[string], { revision: number }>;
-    byId: Statement<[string], EventRow>;
-    insert: Statement<[string, number, string, string, string, string, string]>;
+    byId: Statement<[string, string], EventRow>;
+    insert: Statement<[string, number, string, string, string, string, string, string]>;
     stream: Statement<[string, number, number], EventRow>;
     streamBackwards: Statement<[string, number, number], EventRow>;
     all: Statement<[number, number], EventRow>;
     allPrefixed: Statement<[number, number, string, number], EventRow>;
     after: Statement<[number, number], EventRow>;
     afterPrefixed: Statement<[number, number, string, number], EventRow>;
+    ofThread: Statement<[string, string, number, number], EventRow>;
     headPosition: Statement<[], { position: number | null }>;
     headPositionPrefixed: Statement<[number, string], { position: number }>;
   };
@@ -103,16 +91,18 @@ export class SqliteEventStore implements EventStore {
     this.db.pragma(`synchronous = ${options.synchronous ?? 'FULL'}`);
     // Another process (a second replica, the mirror) may hold the write lock briefly.
     this.db.pragma('busy_timeout = 5000');
-    this.db.exec(SCHEMA);
+    // A log written before ids were scoped by tenant is upgraded in place, once.
+    migrateSqliteLog(this.db);
+    this.db.exec(EVENTS_SCHEMA);
     this.committed.setMaxListeners(0);
     const columns = 'position, stream, revision, id, type, data, metadata, recorded_at';
     this.statements = {
       head: this.db.prepare(
         'SELECT revision FROM events WHERE stream = ? ORDER BY revision DESC LIMIT 1',
       ),
-      byId: this.db.prepare(`SELECT ${columns} FROM events WHERE id = ?`),
+      byId: this.db.prepare(`SELECT ${columns} FROM events WHERE id_scope = ? AND id = ?`),
       insert: this.db.prepare(
-        'INSERT INTO events (stream, revision, id, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
+        'INSERT INTO events (stream, revision, id_scope, id, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
       ),
       stream: this.db.prepare(
         `SELECT ${columns} FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?`,
@@ -131,6 +121,11 @@ export class SqliteEventStore implements EventStore {
       ),
       afterPrefixed: this.db.prepare(
         `SELECT ${columns} FROM events WHERE position > ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?`,
+      ),
+      ofThread: this.db.prepare(
+        `SELECT ${columns} FROM events
+         WHERE json_extract(metadata, '$.tenantId') = ? AND json_extract(metadata, '$.threadId') = ?
+           AND position >= ? ORDER BY position LIMIT ?`,
       ),
       headPosition: this.db.prepare('SELECT MAX(position) AS position FROM events'),
       // Walks back from the tail, so it costs the number of other streams' events at the end.
@@ -223,11 +218,13 @@ export class SqliteEventStore implements EventStore {
     }
     const recordedAt = new Date().toISOString();
     const first = head === undefined ? 0 : head + 1;
+    const scope = eventIdScope(stream);
     const written = events.map((event, i) => {
       const revision = first + i;
       const info = this.statements.insert.run(
         stream,
         revision,
+        scope,
         event.id,
         event.type,
         rows[i].data,
@@ -245,11 +242,12 @@ export class SqliteEventStore implements EventStore {
    */
   private findRecorded(stream: string, events: EventToAppend[]): AppendResult | null {
     const seen = new Set<string>();
+    const scope = eventIdScope(stream);
     const rows = events.map((event) => {
       if (seen.has(event.id))
         throw new EventIdConflictError(stream, event.id, 'appears twice in the batch');
       seen.add(event.id);
-      return this.statements.byId.get(event.id);
+      return this.statements.byId.get(scope, event.id);
     });
     if (rows.every((row) => row === undefined)) return null;
     const knownIndex = rows.findIndex((row) => row !== undefined);
@@ -290,10 +288,25 @@ export class SqliteEventStore implements EventStore {
     return rows.map(toRecorded);
   }
 
+  async readByIds(stream: string, ids: readonly string[]): Promise<RecordedEvent[]> {
+    const scope = eventIdScope(stream);
+    return ids.flatMap((id) => {
+      const row = this.statements.byId.get(scope, id);
+      return row !== undefined && row.stream === stream ? [toRecorded(row)] : [];
+    });
+  }
+
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
     const from = options.fromPosition ?? 0;
     const limit = options.maxCount ?? Number.MAX_SAFE_INTEGER;
     const prefix = options.streamPrefix;
+    if (options.thread) {
+      const { tenantId, threadId } = options.thread;
+      const rows = this.statements.ofThread.all(tenantId, threadId, from, limit);
+      return rows
+        .filter((row) => prefix === undefined || row.stream.startsWith(prefix))
+        .map(toRecorded);
+    }
     const rows = prefix
       ? this.statements.allPrefixed.all(from, prefix.length, prefix, limit)
       : this.statements.all.all(from, limit);

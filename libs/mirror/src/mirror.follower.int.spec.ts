@@ -4,9 +4,11 @@
  * are retried and never skipped, the checkpoint moves only on acknowledgement, unencodable
  * events are parked while the rest flows, and a stalled subscription is noticed.
  */
+import Database from 'better-sqlite3';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { runStream } from '@runledger/domain';
 import {
   SqliteEventStore,
   type EventStoreReader,
@@ -99,7 +101,8 @@ function follow(
 async function appendRun(runId: string, count: number, tenantId: string | null = 'tenant-a') {
   const metadata = tenantId ? { tenantId, runId, threadId: 't' } : { runId };
   await log.append(
-    `run-${runId}`,
+    // An unstamped event still lands in a run stream: the mirror must park it, not skip it.
+    runStream(tenantId ?? 'unstamped', runId),
     Array.from({ length: count }, (_, i) => ({
       id: `${runId}-${i}`,
       type: 'message.added',
@@ -210,8 +213,8 @@ describe('MirrorFollower', () => {
       }),
     ]);
     // Still unencodable: a retry says so and keeps it parked, counting the attempt.
-    await expect(follower.retryParked('bad-0')).rejects.toBeInstanceOf(StillParkedError);
-    expect(store.parked('bad-0')?.attempts).toBe(2);
+    await expect(follower.retryParked('bad-0', null)).rejects.toBeInstanceOf(StillParkedError);
+    expect(store.parked('bad-0', null)?.attempts).toBe(2);
   });
 
   it('parks only the message the broker refuses out of a refused batch, and re-drives it', async () => {
@@ -236,10 +239,39 @@ describe('MirrorFollower', () => {
     expect(store.listParked('tenant-b')).toEqual([]);
 
     redrive = true;
-    const result = await follower.retryParked('r1-2');
+    const result = await follower.retryParked('r1-2', 'tenant-a');
     expect(result.redrivenAt).not.toBeNull();
     expect(sink.acknowledged.map((m) => m.eventId).pop()).toBe('r1-2');
     expect(store.listParked(null)).toEqual([]);
+  });
+
+  it("parks two tenants' events that share an id each in its own row, and re-drives each tenant's own", async () => {
+    const sink = new ScriptedSink();
+    const observer = new RecordingObserver();
+    // Event ids are unique per tenant only: both runs hold an event r1-2.
+    await appendRun('r1', 3, 'tenant-a');
+    await appendRun('r1', 3, 'tenant-b');
+    let redrive = false;
+    const refuseR12: EventSink = {
+      publish: async (messages) => {
+        if (!redrive && messages.some((m) => m.eventId === 'r1-2')) {
+          throw new RejectedMessageError('MESSAGE_TOO_LARGE', ['r1-2']);
+        }
+        return sink.publish(messages);
+      },
+      close: async () => {},
+    };
+    const follower = follow(refuseR12, observer);
+    await until(() => store.checkpoint() === 6);
+    expect(store.listParked(null).map((p) => [p.eventId, p.tenantId, p.position])).toEqual([
+      ['r1-2', 'tenant-a', 3],
+      ['r1-2', 'tenant-b', 6],
+    ]);
+    redrive = true;
+    const result = await follower.retryParked('r1-2', 'tenant-b');
+    expect(result).toMatchObject({ tenantId: 'tenant-b', position: 6 });
+    expect(result.redrivenAt).not.toBeNull();
+    expect(store.listParked(null).map((p) => [p.tenantId, p.position])).toEqual([['tenant-a', 3]]);
   });
 
   it('notices a subscription that went quiet while run events wait, and resubscribes from the checkpoint', async () => {
@@ -248,6 +280,7 @@ describe('MirrorFollower', () => {
     let subscriptions = 0;
     const stalling: EventStoreReader = {
       readStream: (...args) => log.readStream(...args),
+      readByIds: (...args) => log.readByIds(...args),
       readAll: (...args) => log.readAll(...args),
       headPosition: () => log.headPosition(),
       subscribeToAll: (options?: SubscribeOptions): Subscription => {
@@ -294,5 +327,53 @@ describe('MirrorFollower', () => {
     // A healthy, caught-up subscription is left alone.
     expect(await follower.checkWatchdog()).toBe(false);
     expect(await follower.checkWatchdog()).toBe(false);
+  });
+});
+
+describe('a mirror.db written when parked rows were keyed by event id', () => {
+  it('is re-keyed by position on open, keeping every row and the checkpoint', () => {
+    const file = join(dir, 'legacy-mirror.db');
+    const legacy = new Database(file);
+    legacy.exec(`
+      CREATE TABLE parked (
+        event_id        TEXT    PRIMARY KEY,
+        position        INTEGER NOT NULL,
+        stream          TEXT    NOT NULL,
+        type            TEXT    NOT NULL,
+        tenant_id       TEXT,
+        reason          TEXT    NOT NULL,
+        parked_at       TEXT    NOT NULL,
+        attempts        INTEGER NOT NULL,
+        last_attempt_at TEXT    NOT NULL,
+        redriven_at     TEXT
+      );
+      CREATE INDEX parked_by_position ON parked (redriven_at, position);
+      INSERT INTO parked VALUES ('e-7', 7, 'run-r1', 'message.added', 'tenant-a', 'too large', 't', 1, 't', NULL);
+    `);
+    legacy.close();
+    const upgraded = new MirrorStore(file);
+    try {
+      expect(upgraded.parked('e-7', 'tenant-a')).toMatchObject({ position: 7, attempts: 1 });
+      upgraded.commit(
+        [
+          {
+            eventId: 'e-7',
+            position: 9,
+            stream: 'run-tenant%2Db-r1',
+            type: 'message.added',
+            tenantId: 'tenant-b',
+            reason: 'too large',
+          },
+        ],
+        9,
+      );
+      expect(upgraded.listParked(null).map((p) => [p.tenantId, p.position])).toEqual([
+        ['tenant-a', 7],
+        ['tenant-b', 9],
+      ]);
+      expect(upgraded.parked('e-7', 'tenant-b')?.position).toBe(9);
+    } finally {
+      upgraded.close();
+    }
   });
 });

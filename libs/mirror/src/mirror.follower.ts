@@ -10,7 +10,7 @@
  *  - a watchdog notices a subscription that went quiet while run events wait in the log,
  *    and resubscribes from the checkpoint.
  */
-import { RUN_STREAM_PREFIX } from '@runledger/domain';
+import { RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
 import type { EventStoreReader, RecordedEvent, Subscription } from '@runledger/event-store';
 import { RejectedMessageError, type EventSink } from './event-sink.port';
 import type { MirrorStore, ParkedEvent, ParkRequest } from './mirror.store';
@@ -216,14 +216,15 @@ export class MirrorFollower {
    * Re-drives a parked event: encodes and publishes it again, alone. Resolves with the
    * updated record once the broker acknowledged; StillParkedError when it is refused again.
    */
-  async retryParked(eventId: string): Promise<ParkedEvent> {
-    const parked = this.store.parked(eventId);
+  async retryParked(eventId: string, tenantId: string | null): Promise<ParkedEvent> {
+    const parked = this.store.parked(eventId, tenantId);
     if (!parked) throw new ParkedEventNotFoundError(eventId);
+    const { position } = parked;
     if (parked.redrivenAt !== null) return parked;
     const [event] = await this.log.readAll({ fromPosition: parked.position, maxCount: 1 });
     if (!event || event.id !== eventId) {
       const reason = `the log holds no event ${eventId} at position ${parked.position}`;
-      this.store.recordAttempt(eventId, reason);
+      this.store.recordAttempt(position, reason);
       throw new StillParkedError(eventId, reason);
     }
     let message: MirrorMessage;
@@ -233,13 +234,13 @@ export class MirrorFollower {
     } catch (error) {
       if (error instanceof UnencodableEventError || error instanceof RejectedMessageError) {
         const reason = reasonOf(error);
-        this.store.recordAttempt(eventId, reason);
+        this.store.recordAttempt(position, reason);
         throw new StillParkedError(eventId, reason);
       }
       throw error;
     }
-    this.store.markRedriven(eventId);
-    return this.store.parked(eventId) ?? parked;
+    this.store.markRedriven(position);
+    return this.store.parkedAt(position) ?? parked;
   }
 
   private subscribe(): void {
@@ -422,7 +423,7 @@ export class MirrorFollower {
     return {
       eventId: message.eventId,
       position: message.position,
-      stream: event?.stream ?? `${RUN_STREAM_PREFIX}${message.key}`,
+      stream: event?.stream ?? runStream(message.headers['tenant-id'] ?? '', message.key),
       type: message.headers['event-type'],
       tenantId: message.headers['tenant-id'] || null,
       reason,

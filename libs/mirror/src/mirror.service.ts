@@ -123,15 +123,16 @@ export class MirrorService
     return this.store.listParked(tenantId, afterPosition, limit);
   }
 
-  parkedEvent(eventId: string): ParkedEvent | null {
-    return this.store.parked(eventId);
+  /** The parked event with this id that the tenant may see (null: any tenant's). */
+  parkedEvent(eventId: string, tenantId: string | null): ParkedEvent | null {
+    return this.store.parked(eventId, tenantId);
   }
 
   /** Re-drives a parked event; see MirrorFollower.retryParked. */
-  async retryParked(eventId: string): Promise<ParkedEvent> {
+  async retryParked(eventId: string, tenantId: string | null): Promise<ParkedEvent> {
     this.metrics.mirrorRetries.inc();
     try {
-      const result = await this.follower.retryParked(eventId);
+      const result = await this.follower.retryParked(eventId, tenantId);
       this.metrics.mirrorPublished.inc();
       this.logger.log({
         msg: 'parked event re-driven',

@@ -7,10 +7,14 @@
 import { Checkpoints } from '@runledger/event-store';
 import Database, { type Database as Db, type Statement } from 'better-sqlite3';
 
+/**
+ * Keyed by position, the one id unique across the log: event ids are unique per tenant only,
+ * so two tenants' events may share one and must each keep their own parked row.
+ */
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS parked (
-    event_id        TEXT    PRIMARY KEY,
-    position        INTEGER NOT NULL,
+    position        INTEGER PRIMARY KEY,
+    event_id        TEXT    NOT NULL,
     stream          TEXT    NOT NULL,
     type            TEXT    NOT NULL,
     tenant_id       TEXT,
@@ -21,7 +25,26 @@ const SCHEMA = `
     redriven_at     TEXT
   );
   CREATE INDEX IF NOT EXISTS parked_by_position ON parked (redriven_at, position);
+  CREATE INDEX IF NOT EXISTS parked_by_event_id ON parked (event_id);
 `;
+
+/** A mirror.db written before, when event ids were unique across tenants, keyed rows by id. */
+function migrateParkedKey(db: Db): void {
+  const columns = db.prepare("SELECT name, pk FROM pragma_table_info('parked')").all() as {
+    name: string;
+    pk: number;
+  }[];
+  if (!columns.some((column) => column.name === 'event_id' && column.pk === 1)) return;
+  db.transaction(() => {
+    db.exec('ALTER TABLE parked RENAME TO parked_by_id');
+    db.exec('DROP INDEX IF EXISTS parked_by_position');
+    db.exec(SCHEMA);
+    db.exec(
+      'INSERT INTO parked SELECT position, event_id, stream, type, tenant_id, reason, parked_at, attempts, last_attempt_at, redriven_at FROM parked_by_id',
+    );
+    db.exec('DROP TABLE parked_by_id');
+  })();
+}
 
 export const MIRROR_CHECKPOINT = 'kafka';
 
@@ -64,11 +87,12 @@ export class MirrorStore {
   private readonly checkpoints: Checkpoints;
   private readonly statements: {
     park: Statement<[string, number, string, string, string | null, string, string, string]>;
-    get: Statement<[string], ParkedRow>;
+    get: Statement<[string, string | null, string | null], ParkedRow>;
+    at: Statement<[number], ParkedRow>;
     list: Statement<[string | null, string | null, number, number], ParkedRow>;
     count: Statement<[], { n: number }>;
-    attempt: Statement<[string, string, string]>;
-    redriven: Statement<[string, string, string]>;
+    attempt: Statement<[string, string, number]>;
+    redriven: Statement<[string, string, number]>;
   };
   private readonly commitTx: (parked: readonly ParkRequest[], position: number, at: string) => void;
 
@@ -78,26 +102,32 @@ export class MirrorStore {
     // A lost tail costs re-publishing (consumers dedupe by id), never a skipped event: the
     // checkpoint and the parked rows it passes are lost together or kept together.
     this.db.pragma('synchronous = NORMAL');
+    migrateParkedKey(this.db);
     this.db.exec(SCHEMA);
     this.checkpoints = new Checkpoints(this.db);
     this.statements = {
       park: this.db.prepare(
         `INSERT INTO parked (event_id, position, stream, type, tenant_id, reason, parked_at, attempts, last_attempt_at, redriven_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, NULL)
-         ON CONFLICT (event_id) DO UPDATE SET reason = excluded.reason, attempts = attempts + 1,
+         ON CONFLICT (position) DO UPDATE SET reason = excluded.reason, attempts = attempts + 1,
            last_attempt_at = excluded.last_attempt_at, redriven_at = NULL`,
       ),
-      get: this.db.prepare('SELECT * FROM parked WHERE event_id = ?'),
+      // The tenant's own event before one with no tenant stamp that shares its id.
+      get: this.db.prepare(
+        `SELECT * FROM parked WHERE event_id = ? AND (tenant_id IS ? OR tenant_id IS NULL OR ? IS NULL)
+         ORDER BY tenant_id IS NULL, position LIMIT 1`,
+      ),
+      at: this.db.prepare('SELECT * FROM parked WHERE position = ?'),
       list: this.db.prepare(
         `SELECT * FROM parked WHERE redriven_at IS NULL AND (tenant_id IS ? OR tenant_id IS NULL OR ? IS NULL)
          AND position > ? ORDER BY position LIMIT ?`,
       ),
       count: this.db.prepare('SELECT COUNT(*) AS n FROM parked WHERE redriven_at IS NULL'),
       attempt: this.db.prepare(
-        'UPDATE parked SET attempts = attempts + 1, reason = ?, last_attempt_at = ? WHERE event_id = ?',
+        'UPDATE parked SET attempts = attempts + 1, reason = ?, last_attempt_at = ? WHERE position = ?',
       ),
       redriven: this.db.prepare(
-        'UPDATE parked SET attempts = attempts + 1, redriven_at = ?, last_attempt_at = ? WHERE event_id = ?',
+        'UPDATE parked SET attempts = attempts + 1, redriven_at = ?, last_attempt_at = ? WHERE position = ?',
       ),
     };
     this.commitTx = this.db.transaction(
@@ -128,8 +158,17 @@ export class MirrorStore {
     this.commitTx(parked, position, at.toISOString());
   }
 
-  parked(eventId: string): ParkedEvent | null {
-    const row = this.statements.get.get(eventId);
+  /**
+   * The parked event with this id that `tenantId` may see (its own, or one with no tenant
+   * stamp); null `tenantId`: any tenant's.
+   */
+  parked(eventId: string, tenantId: string | null): ParkedEvent | null {
+    const row = this.statements.get.get(eventId, tenantId, tenantId);
+    return row ? toParked(row) : null;
+  }
+
+  parkedAt(position: number): ParkedEvent | null {
+    const row = this.statements.at.get(position);
     return row ? toParked(row) : null;
   }
 
@@ -145,12 +184,12 @@ export class MirrorStore {
     return this.statements.count.get()?.n ?? 0;
   }
 
-  recordAttempt(eventId: string, reason: string, at: Date = new Date()): void {
-    this.statements.attempt.run(reason, at.toISOString(), eventId);
+  recordAttempt(position: number, reason: string, at: Date = new Date()): void {
+    this.statements.attempt.run(reason, at.toISOString(), position);
   }
 
-  markRedriven(eventId: string, at: Date = new Date()): void {
-    this.statements.redriven.run(at.toISOString(), at.toISOString(), eventId);
+  markRedriven(position: number, at: Date = new Date()): void {
+    this.statements.redriven.run(at.toISOString(), at.toISOString(), position);
   }
 
   close(): void {

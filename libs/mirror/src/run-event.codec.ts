@@ -6,7 +6,7 @@
  */
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { timestampDate, timestampFromDate } from '@bufbuild/protobuf/wkt';
-import { canonicalJson, RUN_STREAM_PREFIX } from '@runledger/domain';
+import { canonicalJson, RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
 import type { RecordedEvent } from '@runledger/event-store';
 import {
   RunEventSchema,
@@ -87,8 +87,11 @@ function fieldsOf(event: RecordedEvent): Omit<RunEventJson, 'data'> & { dataJson
     return refuse(`metadata.${name} is ${value === undefined ? 'missing' : 'not a string'}`);
   };
   const run = text('runId', true);
-  if (`${RUN_STREAM_PREFIX}${run}` !== event.stream)
-    refuse(`metadata.runId ${run} does not name the event's stream ${event.stream}`);
+  const tenant = text('tenantId', true);
+  if (runStream(tenant, run) !== event.stream)
+    refuse(
+      `metadata.tenantId ${tenant} and runId ${run} do not name the event's stream ${event.stream}`,
+    );
   if (!Number.isSafeInteger(event.revision) || event.revision < 0)
     refuse(`revision ${event.revision} is not a non-negative integer`);
   if (!Number.isSafeInteger(event.position) || event.position < 1)
@@ -123,7 +126,7 @@ function fieldsOf(event: RecordedEvent): Omit<RunEventJson, 'data'> & { dataJson
   return {
     id: event.id,
     type: event.type,
-    tenant: text('tenantId', true),
+    tenant,
     thread: text('threadId', false),
     run,
     revision: event.revision,

@@ -1,4 +1,4 @@
-import { eventHash, GENESIS_HASH } from '@runledger/domain';
+import { eventHash, GENESIS_HASH, runStream } from '@runledger/domain';
 import type { RecordedEvent } from '@runledger/event-store';
 import {
   CONTENT_TYPES,
@@ -19,7 +19,7 @@ function recorded(overrides: Partial<RecordedEvent> = {}): RecordedEvent {
   });
   return {
     id: 'e1',
-    stream: 'run-r1',
+    stream: runStream('tenant-a', 'r1'),
     type: 'message.added',
     revision: 3,
     position: 42,
@@ -87,7 +87,7 @@ describe.each(['protobuf', 'json'] as const)('the %s wire format', (format) => {
 describe('events that cannot be encoded', () => {
   it.each<[string, Partial<RecordedEvent>, RegExp]>([
     ['no tenant stamp', { metadata: { runId: 'r1' } }, /metadata.tenantId is missing/],
-    ['a run id of another stream', { metadata: { tenantId: 't', runId: 'r2' } }, /does not name/],
+    ['a run id of another stream', { metadata: { tenantId: 't', runId: 'r2' } }, /do not name/],
     ['a stream that is not a run', { stream: 'receipt-1' }, /not a run stream/],
     ['data that is not an object', { data: [1, 2] }, /not a JSON object/],
     ['a bad truncation stamp', { data: { truncation: { limitBytes: -1 } } }, /truncation/],

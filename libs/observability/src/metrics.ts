@@ -2,6 +2,7 @@
  * The service's Prometheus metrics, on a registry of their own (so tests and several app
  * instances in one process never collide on the global default registry).
  */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 export class Metrics {
@@ -86,7 +87,7 @@ export class Metrics {
 
   readonly sseOverflows = new Counter({
     name: 'runledger_sse_overflows_total',
-    help: 'SSE clients sent `overflow` and closed because their socket fell SSE_MAX_BUFFER events behind',
+    help: 'SSE clients sent `overflow` and closed: over SSE_MAX_BUFFER_BYTES waiting, or no write taken for SSE_SEND_TIMEOUT_MS',
     registers: [this.registry],
   });
 
@@ -177,8 +178,32 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /** Sampled every 10 ms; read and reset at each scrape, so each scrape covers its own interval. */
+  private readonly loopDelay = monitorEventLoopDelay({ resolution: 10 });
+
+  readonly eventLoopDelay = new Gauge({
+    name: 'runledger_event_loop_delay_seconds',
+    help: 'Event-loop delay since the previous scrape: max, p99 and mean (a request that blocks the loop shows here)',
+    labelNames: ['stat'] as const,
+    registers: [this.registry],
+    collect: () => {
+      const seconds = (nanoseconds: number) =>
+        Number.isFinite(nanoseconds) ? nanoseconds / 1e9 : 0;
+      this.eventLoopDelay.set({ stat: 'max' }, seconds(this.loopDelay.max));
+      this.eventLoopDelay.set({ stat: 'p99' }, seconds(this.loopDelay.percentile(99)));
+      this.eventLoopDelay.set({ stat: 'mean' }, seconds(this.loopDelay.mean));
+      this.loopDelay.reset();
+    },
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'runledger_' });
+    this.loopDelay.enable();
+  }
+
+  /** Nest calls this when the app closes: the sampler stops with it. */
+  onModuleDestroy(): void {
+    this.loopDelay.disable();
   }
 
   async render(): Promise<string> {

@@ -66,8 +66,10 @@ describe('the projector over a real log (property)', () => {
               for (const [i, event] of events.entries()) {
                 const { id, type, data, metadata } = event;
                 const runId = metadata.runId as string;
-                head = (await log.append(runStream(runId), [{ id, type, data, metadata }]))
-                  .position;
+                const tenantId = metadata.tenantId as string;
+                head = (
+                  await log.append(runStream(tenantId, runId), [{ id, type, data, metadata }])
+                ).position;
                 // Now and then the projector gets a turn of the event loop mid-sequence.
                 if (pauses[i % pauses.length]) await new Promise((r) => setImmediate(r));
               }

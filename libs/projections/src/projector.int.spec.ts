@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { sealBatch, type ThreadState } from '@runledger/domain';
+import { receiptStream, runStream, sealBatch, type ThreadState } from '@runledger/domain';
 import { SqliteEventStore } from '@runledger/event-store';
 import { Projector } from './projector';
 import { ReadModelStore } from './read-model.store';
@@ -23,7 +23,7 @@ async function append(log: SqliteEventStore, events: { type: string; data: objec
       ...e,
     })),
   );
-  const result = await log.append('run-r1', sealed);
+  const result = await log.append(runStream(context.tenantId, 'r1'), sealed);
   revision = result.lastRevision;
   hash = sealed[sealed.length - 1].metadata.hash as string;
   return result.position;
@@ -85,7 +85,7 @@ describe('the projector', () => {
       { type: 'run.started', data: { threadId: 'thread-1', agent: 'a', source: 'api' } },
       say(1),
     ]);
-    const receipt = await log.append('receipt-1', [
+    const receipt = await log.append(receiptStream(context.tenantId, '1'), [
       {
         id: '00000000-0000-7000-9000-000000000001',
         type: 'receipt.consumed',

@@ -2,10 +2,40 @@
  * The read models' own SQLite file (DATA_DIR/read-models.db), the same whether the log is
  * SQLite or EventStoreDB. Disposable by design: everything here is rebuilt from the log, so
  * it commits without fsync (synchronous=NORMAL) and a crash costs only catch-up time.
+ *
+ * A thread is stored by row, so folding one event costs the same however long it is:
+ * - `threads`: one header row (title, status, runs, pending approvals, active tools,
+ *   position, message count), which the thread list also reads;
+ * - `thread_messages`: one row per message (id, role, metadata, how many parts);
+ * - `thread_parts`: one row per part; a tool part is found by (run, toolCallId), so its
+ *   start, approval and finish update that one row in whatever order they come;
+ * - `thread_approvals`: which tool part an approval was requested for.
+ * Messages are numbered in thread order (`seq`), which is what pages and cursors use.
  */
 import { Checkpoints } from '@runledger/event-store';
-import Database, { type Database as Db, type Statement } from 'better-sqlite3';
-import type { ThreadState, ThreadStatus, ThreadSummary } from '@runledger/domain';
+import Database, { type Database as Db } from 'better-sqlite3';
+import {
+  countRuns,
+  emptyHeader,
+  isOpenToolPart,
+  isToolPart,
+  toolKey,
+  type MessageTail,
+  type PartLocation,
+  type RunSummary,
+  type ThreadHeader,
+  type ThreadRows,
+  type ThreadState,
+  type ThreadStatus,
+  type ThreadSummary,
+  type ToolLocation,
+  type ToolPart,
+  type UIMessage,
+  type UIMessagePart,
+} from '@runledger/domain';
+
+/** Bumped when the tables change shape: an older file is dropped and rebuilt from the log. */
+const SCHEMA_VERSION = 4;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (
@@ -16,14 +46,62 @@ const SCHEMA = `
     last_activity_at TEXT    NOT NULL,
     pending_count    INTEGER NOT NULL,
     position         INTEGER NOT NULL,
-    state            TEXT    NOT NULL,
+    message_count    INTEGER NOT NULL,
+    header           TEXT    NOT NULL,
     PRIMARY KEY (tenant_id, thread_id)
   );
   CREATE INDEX IF NOT EXISTS threads_by_activity
     ON threads (tenant_id, last_activity_at DESC, thread_id DESC);
   CREATE INDEX IF NOT EXISTS threads_by_status
     ON threads (tenant_id, status, last_activity_at DESC, thread_id DESC);
+
+  CREATE TABLE IF NOT EXISTS thread_messages (
+    tenant_id  TEXT    NOT NULL,
+    thread_id  TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    id         TEXT    NOT NULL,
+    role       TEXT    NOT NULL,
+    metadata   TEXT,
+    part_count INTEGER NOT NULL,
+    text_part  INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, thread_id, seq)
+  ) WITHOUT ROWID;
+  CREATE UNIQUE INDEX IF NOT EXISTS thread_messages_by_id
+    ON thread_messages (tenant_id, thread_id, id);
+  CREATE INDEX IF NOT EXISTS thread_messages_with_text
+    ON thread_messages (tenant_id, thread_id, seq) WHERE text_part >= 0;
+
+  CREATE TABLE IF NOT EXISTS thread_parts (
+    tenant_id    TEXT    NOT NULL,
+    thread_id    TEXT    NOT NULL,
+    seq          INTEGER NOT NULL,
+    part         INTEGER NOT NULL,
+    run_id       TEXT,
+    tool_call_id TEXT,
+    open         INTEGER NOT NULL,
+    bytes        INTEGER NOT NULL,
+    body         TEXT    NOT NULL,
+    PRIMARY KEY (tenant_id, thread_id, seq, part)
+  ) WITHOUT ROWID;
+  CREATE UNIQUE INDEX IF NOT EXISTS thread_parts_by_call
+    ON thread_parts (tenant_id, thread_id, tool_call_id, run_id) WHERE tool_call_id IS NOT NULL;
+  CREATE INDEX IF NOT EXISTS thread_parts_open
+    ON thread_parts (tenant_id, thread_id, run_id) WHERE open = 1;
+
+  CREATE TABLE IF NOT EXISTS thread_approvals (
+    tenant_id    TEXT NOT NULL,
+    thread_id    TEXT NOT NULL,
+    approval_id  TEXT NOT NULL,
+    run_id       TEXT NOT NULL,
+    tool_call_id TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, thread_id, approval_id)
+  ) WITHOUT ROWID;
 `;
+
+const TABLES = ['threads', 'thread_messages', 'thread_parts', 'thread_approvals', 'checkpoints'];
+
+/** SQLite's page cache for this file, in KiB: the store's memory is bounded in bytes. */
+const PAGE_CACHE_KIB = 32 * 1024;
 
 /** A row of the thread list: the thread's summary as the fold defines it. */
 export type ThreadListItem = ThreadSummary;
@@ -35,6 +113,22 @@ export interface ThreadListQuery {
   after?: { lastActivityAt: string; threadId: string };
 }
 
+/** A thread's header row as stored. */
+export interface ThreadHead {
+  header: ThreadHeader;
+  messageCount: number;
+}
+
+/** A page of messages, oldest first, and where the thread goes on before it. */
+export interface MessagePage {
+  /** The page's messages as a JSON array of AI SDK UIMessages, built from the stored rows. */
+  json: string;
+  count: number;
+  /** `seq` of the page's oldest message: read before it for the next older page. */
+  oldestSeq: number | null;
+  hasMore: boolean;
+}
+
 interface ThreadRow {
   thread_id: string;
   title: string | null;
@@ -44,60 +138,175 @@ interface ThreadRow {
   position: number;
 }
 
+interface MessageRow {
+  seq: number;
+  id: string;
+  role: UIMessage['role'];
+  metadata: string | null;
+  part_count: number;
+  text_part: number;
+}
+
+interface PartRow {
+  seq: number;
+  part: number;
+  body: string;
+}
+
 export const THREADS_CHECKPOINT = 'threads';
+
+type Key2 = [string, string];
 
 export class ReadModelStore {
   private readonly db: Db;
   private readonly checkpoints: Checkpoints;
-  private readonly statements: {
-    thread: Statement<[string, string], { state: string }>;
-    upsert: Statement<[string, string, string, string | null, string, number, number, string]>;
-    count: Statement<[], { n: number }>;
-  };
-  private readonly commitTx: (states: readonly ThreadState[], position: number) => void;
+  private readonly statements: ReturnType<typeof prepare>;
+  private readonly commitTx: (threads: readonly StoredThreadRows[], position: number) => void;
 
   constructor(file: string) {
     this.db = new Database(file);
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
+    this.db.pragma(`cache_size = -${PAGE_CACHE_KIB}`);
+    if (this.db.pragma('user_version', { simple: true }) !== SCHEMA_VERSION) {
+      // Another shape of read models: they are disposable, the log rebuilds them.
+      for (const table of TABLES) this.db.exec(`DROP TABLE IF EXISTS ${table}`);
+      this.db.pragma(`user_version = ${SCHEMA_VERSION}`);
+    }
     this.db.exec(SCHEMA);
     this.checkpoints = new Checkpoints(this.db);
-    this.statements = {
-      thread: this.db.prepare('SELECT state FROM threads WHERE tenant_id = ? AND thread_id = ?'),
-      upsert: this.db.prepare(
-        `INSERT INTO threads (tenant_id, thread_id, status, title, last_activity_at, pending_count, position, state)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-         ON CONFLICT (tenant_id, thread_id) DO UPDATE SET
-           status = excluded.status, title = excluded.title, last_activity_at = excluded.last_activity_at,
-           pending_count = excluded.pending_count, position = excluded.position, state = excluded.state`,
-      ),
-      count: this.db.prepare('SELECT COUNT(*) AS n FROM threads'),
-    };
-    this.commitTx = this.db.transaction((states: readonly ThreadState[], position: number) => {
-      for (const state of states) {
-        this.statements.upsert.run(
-          state.tenantId,
-          state.threadId,
-          state.status,
-          state.title,
-          state.lastActivityAt,
-          state.pendingApprovals.length,
-          state.position,
-          JSON.stringify(state),
-        );
+    this.statements = prepare(this.db);
+    this.commitTx = this.db.transaction(
+      (threads: readonly StoredThreadRows[], position: number) => {
+        for (const thread of threads) thread.write();
+        this.checkpoints.save(THREADS_CHECKPOINT, position);
+      },
+    );
+  }
+
+  /**
+   * The thread's rows for the fold to read and change; nothing is written until `commit`.
+   * Open each thread once per commit: the rows remember what the fold changed.
+   */
+  openThread(tenantId: string, threadId: string): StoredThreadRows {
+    return new StoredThreadRows(this.statements, tenantId, threadId, this.head(tenantId, threadId));
+  }
+
+  /** The fold's changes to the threads, and the checkpoint, in one transaction. */
+  commit(threads: readonly StoredThreadRows[], position: number): void {
+    this.commitTx(threads, position);
+  }
+
+  head(tenantId: string, threadId: string): ThreadHead | null {
+    const row = this.statements.head.get(tenantId, threadId);
+    if (!row) return null;
+    return { header: JSON.parse(row.header) as ThreadHeader, messageCount: row.message_count };
+  }
+
+  /**
+   * Up to `limit` messages before the one numbered `before` (the newest when absent), oldest
+   * first, and no more than fit in `maxBytes` of parts (at least one message). Reads those
+   * messages' rows and parts only, and answers them as the JSON the parts are stored in: a
+   * page is never parsed and serialized again.
+   */
+  messagePage(
+    tenantId: string,
+    threadId: string,
+    limit: number,
+    before = Number.MAX_SAFE_INTEGER,
+    maxBytes = Number.POSITIVE_INFINITY,
+  ): MessagePage {
+    const rows = this.statements.pageBefore.all(tenantId, threadId, before, limit + 1);
+    const sizes = new Map<number, number>();
+    if (rows.length > 0 && Number.isFinite(maxBytes)) {
+      // Sizes are read from the part rows' own column, not from their bodies.
+      const { seq: newest } = rows[0];
+      const oldest = rows[Math.min(limit, rows.length) - 1].seq;
+      for (const row of this.statements.bytesBetween.all(tenantId, threadId, oldest, newest)) {
+        sizes.set(row.seq, row.bytes);
       }
-      this.checkpoints.save(THREADS_CHECKPOINT, position);
-    });
+    }
+    let taken = 0;
+    let bytes = 0;
+    // Newest first, as many as fit; the newest always, however large it is alone.
+    while (taken < Math.min(limit, rows.length)) {
+      bytes += sizes.get(rows[taken].seq) ?? 0;
+      if (taken > 0 && bytes > maxBytes) break;
+      taken += 1;
+    }
+    const hasMore = rows.length > taken;
+    const page = rows.slice(0, taken).reverse();
+    if (page.length === 0) return { json: '[]', count: 0, oldestSeq: null, hasMore: false };
+    const parts = this.statements.partsBetween.all(
+      tenantId,
+      threadId,
+      page[0].seq,
+      page[page.length - 1].seq,
+    );
+    return {
+      json: `[${messagesJson(page, parts).join(',')}]`,
+      count: page.length,
+      oldestSeq: page[0].seq,
+      hasMore,
+    };
   }
 
+  /** Every message as JSON, oldest first, read a page of rows at a time (for exports). */
+  *allMessages(tenantId: string, threadId: string, pageSize = 200): Generator<string[]> {
+    for (let after = -1; ;) {
+      const rows = this.statements.pageAfter.all(tenantId, threadId, after, pageSize);
+      if (rows.length === 0) return;
+      const parts = this.statements.partsBetween.all(
+        tenantId,
+        threadId,
+        rows[0].seq,
+        rows[rows.length - 1].seq,
+      );
+      yield messagesJson(rows, parts);
+      after = rows[rows.length - 1].seq;
+    }
+  }
+
+  /** Messages that have text, newest first, read lazily a few at a time (the voice seed). */
+  *messagesWithTextNewestFirst(tenantId: string, threadId: string): Generator<UIMessage> {
+    const pageSize = 16;
+    for (let before = Number.MAX_SAFE_INTEGER; ;) {
+      const rows = this.statements.textBefore.all(tenantId, threadId, before, pageSize);
+      if (rows.length === 0) return;
+      for (const row of rows) {
+        const [json] = messagesJson(
+          [row],
+          this.statements.partsOf.all(tenantId, threadId, row.seq),
+        );
+        yield JSON.parse(json) as UIMessage;
+      }
+      before = rows[rows.length - 1].seq;
+    }
+  }
+
+  /** The newest tool part of the call (in `runId` when given), or null. */
+  toolPart(
+    tenantId: string,
+    threadId: string,
+    toolCallId: string,
+    runId?: string,
+  ): ToolPart | null {
+    const row =
+      runId === undefined
+        ? this.statements.latestToolPart.get(tenantId, threadId, toolCallId)
+        : this.statements.toolPart.get(tenantId, threadId, runId, toolCallId);
+    return row ? (JSON.parse(row.body) as ToolPart) : null;
+  }
+
+  /** The whole thread in memory: for tests and small threads, never for a request. */
   thread(tenantId: string, threadId: string): ThreadState | null {
-    const row = this.statements.thread.get(tenantId, threadId);
-    return row ? (JSON.parse(row.state) as ThreadState) : null;
-  }
-
-  /** View updates and the checkpoint, in one transaction. */
-  commit(states: readonly ThreadState[], position: number): void {
-    this.commitTx(states, position);
+    const head = this.head(tenantId, threadId);
+    if (!head) return null;
+    const messages: UIMessage[] = [];
+    for (const page of this.allMessages(tenantId, threadId)) {
+      for (const json of page) messages.push(JSON.parse(json) as UIMessage);
+    }
+    return { ...head.header, messages };
   }
 
   checkpoint(): number {
@@ -140,11 +349,415 @@ export class ReadModelStore {
   /** Drops every read model and the checkpoint: the next projection pass is a rebuild. */
   clear(): void {
     this.db.transaction(() => {
-      this.db.exec('DELETE FROM threads; DELETE FROM checkpoints;');
+      for (const table of TABLES) this.db.exec(`DELETE FROM ${table}`);
     })();
   }
 
   close(): void {
     this.db.close();
   }
+}
+
+function prepare(db: Db) {
+  const message = 'seq, id, role, metadata, part_count, text_part';
+  return {
+    head: db.prepare<Key2, { header: string; message_count: number }>(
+      'SELECT header, message_count FROM threads WHERE tenant_id = ? AND thread_id = ?',
+    ),
+    upsertHead: db.prepare<
+      [string, string, string, string | null, string, number, number, number, string]
+    >(
+      `INSERT INTO threads (tenant_id, thread_id, status, title, last_activity_at, pending_count, position, message_count, header)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (tenant_id, thread_id) DO UPDATE SET
+         status = excluded.status, title = excluded.title, last_activity_at = excluded.last_activity_at,
+         pending_count = excluded.pending_count, position = excluded.position,
+         message_count = excluded.message_count, header = excluded.header`,
+    ),
+    count: db.prepare<[], { n: number }>('SELECT COUNT(*) AS n FROM threads'),
+    messageBySeq: db.prepare<[string, string, number], MessageRow>(
+      `SELECT ${message} FROM thread_messages WHERE tenant_id = ? AND thread_id = ? AND seq = ?`,
+    ),
+    messageSeqById: db.prepare<[string, string, string], { seq: number }>(
+      'SELECT seq FROM thread_messages WHERE tenant_id = ? AND thread_id = ? AND id = ?',
+    ),
+    upsertMessage: db.prepare<
+      [string, string, number, string, string, string | null, number, number]
+    >(
+      `INSERT INTO thread_messages (tenant_id, thread_id, seq, id, role, metadata, part_count, text_part)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (tenant_id, thread_id, seq) DO UPDATE SET
+         part_count = excluded.part_count, text_part = excluded.text_part`,
+    ),
+    pageBefore: db.prepare<[string, string, number, number], MessageRow>(
+      `SELECT ${message} FROM thread_messages WHERE tenant_id = ? AND thread_id = ? AND seq < ?
+       ORDER BY seq DESC LIMIT ?`,
+    ),
+    pageAfter: db.prepare<[string, string, number, number], MessageRow>(
+      `SELECT ${message} FROM thread_messages WHERE tenant_id = ? AND thread_id = ? AND seq > ?
+       ORDER BY seq LIMIT ?`,
+    ),
+    textBefore: db.prepare<[string, string, number, number], MessageRow>(
+      `SELECT ${message} FROM thread_messages
+       WHERE tenant_id = ? AND thread_id = ? AND seq < ? AND text_part >= 0
+       ORDER BY seq DESC LIMIT ?`,
+    ),
+    bytesBetween: db.prepare<[string, string, number, number], { seq: number; bytes: number }>(
+      `SELECT seq, SUM(bytes) AS bytes FROM thread_parts
+       WHERE tenant_id = ? AND thread_id = ? AND seq BETWEEN ? AND ? GROUP BY seq`,
+    ),
+    partsBetween: db.prepare<[string, string, number, number], PartRow>(
+      `SELECT seq, part, body FROM thread_parts
+       WHERE tenant_id = ? AND thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq, part`,
+    ),
+    partsOf: db.prepare<[string, string, number], PartRow>(
+      `SELECT seq, part, body FROM thread_parts WHERE tenant_id = ? AND thread_id = ? AND seq = ?
+       ORDER BY part`,
+    ),
+    part: db.prepare<[string, string, number, number], { body: string }>(
+      'SELECT body FROM thread_parts WHERE tenant_id = ? AND thread_id = ? AND seq = ? AND part = ?',
+    ),
+    upsertPart: db.prepare<
+      [string, string, number, number, string | null, string | null, number, number, string]
+    >(
+      `INSERT INTO thread_parts (tenant_id, thread_id, seq, part, run_id, tool_call_id, open, bytes, body)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (tenant_id, thread_id, seq, part) DO UPDATE SET
+         open = excluded.open, bytes = excluded.bytes, body = excluded.body`,
+    ),
+    toolLocation: db.prepare<[string, string, string, string], { seq: number; part: number }>(
+      `SELECT seq, part FROM thread_parts
+       WHERE tenant_id = ? AND thread_id = ? AND run_id = ? AND tool_call_id = ?`,
+    ),
+    toolPart: db.prepare<[string, string, string, string], { body: string }>(
+      `SELECT body FROM thread_parts
+       WHERE tenant_id = ? AND thread_id = ? AND run_id = ? AND tool_call_id = ?`,
+    ),
+    latestToolPart: db.prepare<[string, string, string], { body: string }>(
+      `SELECT body FROM thread_parts
+       WHERE tenant_id = ? AND thread_id = ? AND tool_call_id = ? ORDER BY seq DESC, part DESC LIMIT 1`,
+    ),
+    openTools: db.prepare<
+      [string, string, string],
+      { seq: number; part: number; tool_call_id: string }
+    >(
+      `SELECT seq, part, tool_call_id FROM thread_parts
+       WHERE tenant_id = ? AND thread_id = ? AND run_id = ? AND open = 1`,
+    ),
+    approval: db.prepare<[string, string, string], { run_id: string; tool_call_id: string }>(
+      `SELECT run_id, tool_call_id FROM thread_approvals
+       WHERE tenant_id = ? AND thread_id = ? AND approval_id = ?`,
+    ),
+    upsertApproval: db.prepare<[string, string, string, string, string]>(
+      `INSERT INTO thread_approvals (tenant_id, thread_id, approval_id, run_id, tool_call_id)
+       VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (tenant_id, thread_id, approval_id) DO UPDATE SET
+         run_id = excluded.run_id, tool_call_id = excluded.tool_call_id`,
+    ),
+  };
+}
+
+type Statements = ReturnType<typeof prepare>;
+
+/**
+ * Message rows with their part rows (both in seq order) as AI SDK UIMessages in JSON, one
+ * string a message: `{ id, role, parts, metadata? }`, the parts spliced in as stored.
+ */
+function messagesJson(rows: readonly MessageRow[], parts: readonly PartRow[]): string[] {
+  const bySeq = new Map<number, string[]>();
+  for (const part of parts) {
+    let list = bySeq.get(part.seq);
+    if (list === undefined) {
+      list = [];
+      bySeq.set(part.seq, list);
+    }
+    list.push(part.body);
+  }
+  return rows.map((row) => {
+    const head = `{"id":${JSON.stringify(row.id)},"role":${JSON.stringify(row.role)}`;
+    const body = `"parts":[${(bySeq.get(row.seq) ?? []).join(',')}]`;
+    return row.metadata === null
+      ? `${head},${body}}`
+      : `${head},${body},"metadata":${row.metadata}}`;
+  });
+}
+
+interface BufferedMessage {
+  seq: number;
+  id: string;
+  role: UIMessage['role'];
+  metadata: UIMessage['metadata'];
+  partCount: number;
+  textPart: number;
+  dirty: boolean;
+}
+
+interface BufferedPart {
+  location: PartLocation;
+  runId: string | null;
+  body: UIMessagePart;
+  dirty: boolean;
+}
+
+/**
+ * A thread's rows as the fold sees them during one commit: each row it reads is fetched by
+ * key (an index lookup) and kept; each row it changes is written back by `write`. The
+ * thread's length never enters: no read scans its messages.
+ */
+export class StoredThreadRows implements ThreadRows {
+  readonly header: ThreadHeader;
+  readonly counts: { activeRuns: number; activeTurns: number };
+  private messageCount: number;
+  private readonly runs = new Map<string, RunSummary>();
+  private readonly messages = new Map<number, BufferedMessage>();
+  private readonly messageIds = new Map<string, number | null>();
+  private readonly parts = new Map<string, BufferedPart>();
+  private readonly tools = new Map<string, ToolLocation | null>();
+  private readonly approvals = new Map<string, { runId: string; toolCallId: string } | null>();
+  private readonly linkedApprovals = new Set<string>();
+
+  constructor(
+    private readonly statements: Statements,
+    private readonly tenantId: string,
+    private readonly threadId: string,
+    head: ThreadHead | null,
+  ) {
+    this.header = head?.header ?? emptyHeader(tenantId, threadId);
+    this.messageCount = head?.messageCount ?? 0;
+    this.counts = countRuns(this.header.runs);
+    for (const run of this.header.runs) this.runs.set(run.runId, run);
+  }
+
+  run(runId: string): RunSummary | undefined {
+    return this.runs.get(runId);
+  }
+
+  addRun(run: RunSummary): RunSummary {
+    this.header.runs.push(run);
+    this.runs.set(run.runId, run);
+    return run;
+  }
+
+  messageAt(id: string): number | undefined {
+    let seq = this.messageIds.get(id);
+    if (seq === undefined) {
+      seq = this.statements.messageSeqById.get(this.tenantId, this.threadId, id)?.seq ?? null;
+      this.messageIds.set(id, seq);
+    }
+    return seq ?? undefined;
+  }
+
+  lastMessage(): MessageTail | undefined {
+    if (this.messageCount === 0) return undefined;
+    const last = this.message(this.messageCount - 1);
+    return {
+      message: last.seq,
+      role: last.role,
+      runId: last.metadata?.runId,
+      partCount: last.partCount,
+    };
+  }
+
+  addMessage(message: UIMessage): number {
+    const seq = this.messageCount;
+    this.messageCount += 1;
+    this.messages.set(seq, {
+      seq,
+      id: message.id,
+      role: message.role,
+      metadata: message.metadata,
+      partCount: 0,
+      textPart: -1,
+      dirty: true,
+    });
+    this.messageIds.set(message.id, seq);
+    for (const part of message.parts) this.addPart(seq, part);
+    return seq;
+  }
+
+  part(location: PartLocation): UIMessagePart {
+    return this.bufferedPart(location).body;
+  }
+
+  textPartOf(message: number): number {
+    return this.message(message).textPart;
+  }
+
+  addPart(seq: number, body: UIMessagePart): number {
+    const message = this.message(seq);
+    const location = { message: seq, part: message.partCount };
+    message.partCount += 1;
+    if (body.type === 'text' && message.textPart === -1) message.textPart = location.part;
+    message.dirty = true;
+    const runId = isToolPart(body) ? (message.metadata?.runId ?? '') : null;
+    this.parts.set(partKey(location), { location, runId, body, dirty: true });
+    if (isToolPart(body) && runId !== null) {
+      const key = toolKey(runId, body.toolCallId);
+      if (this.tools.get(key) == null) {
+        this.tools.set(key, { ...location, runId, toolCallId: body.toolCallId });
+      }
+    }
+    return location.part;
+  }
+
+  setPart(location: PartLocation, body: UIMessagePart): void {
+    const part = this.bufferedPart(location);
+    part.body = body;
+    part.dirty = true;
+  }
+
+  tool(runId: string, toolCallId: string): ToolLocation | undefined {
+    const key = toolKey(runId, toolCallId);
+    let location = this.tools.get(key);
+    if (location === undefined) {
+      const row = this.statements.toolLocation.get(this.tenantId, this.threadId, runId, toolCallId);
+      location = row ? { message: row.seq, part: row.part, runId, toolCallId } : null;
+      this.tools.set(key, location);
+    }
+    return location ?? undefined;
+  }
+
+  openTools(runId: string): ToolLocation[] {
+    const open = new Map<string, ToolLocation>();
+    for (const row of this.statements.openTools.all(this.tenantId, this.threadId, runId)) {
+      const location = { message: row.seq, part: row.part, runId, toolCallId: row.tool_call_id };
+      open.set(partKey(location), location);
+    }
+    // Rows changed since they were read are judged by what they hold now.
+    for (const [key, part] of this.parts) {
+      if (part.runId !== runId || !isToolPart(part.body)) continue;
+      if (isOpenToolPart(part.body)) {
+        open.set(key, { ...part.location, runId, toolCallId: part.body.toolCallId });
+      } else {
+        open.delete(key);
+      }
+    }
+    return [...open.values()];
+  }
+
+  approvalTool(approvalId: string): ToolLocation | undefined {
+    let link = this.approvals.get(approvalId);
+    if (link === undefined) {
+      const row = this.statements.approval.get(this.tenantId, this.threadId, approvalId);
+      link = row ? { runId: row.run_id, toolCallId: row.tool_call_id } : null;
+      this.approvals.set(approvalId, link);
+    }
+    return link === null ? undefined : this.tool(link.runId, link.toolCallId);
+  }
+
+  linkApproval(approvalId: string, runId: string, toolCallId: string): void {
+    this.approvals.set(approvalId, { runId, toolCallId });
+    this.linkedApprovals.add(approvalId);
+  }
+
+  /** Writes the rows the fold changed; call inside the store's commit transaction. */
+  write(): void {
+    const { tenantId, threadId, header } = this;
+    this.statements.upsertHead.run(
+      tenantId,
+      threadId,
+      header.status,
+      header.title,
+      header.lastActivityAt,
+      header.pendingApprovals.length,
+      header.position,
+      this.messageCount,
+      JSON.stringify(header),
+    );
+    for (const message of this.messages.values()) {
+      if (!message.dirty) continue;
+      this.statements.upsertMessage.run(
+        tenantId,
+        threadId,
+        message.seq,
+        message.id,
+        message.role,
+        message.metadata === undefined ? null : JSON.stringify(message.metadata),
+        message.partCount,
+        message.textPart,
+      );
+      message.dirty = false;
+    }
+    for (const part of this.parts.values()) {
+      if (!part.dirty) continue;
+      const json = JSON.stringify(part.body);
+      const tool = isToolPart(part.body) ? part.body : null;
+      this.statements.upsertPart.run(
+        tenantId,
+        threadId,
+        part.location.message,
+        part.location.part,
+        part.runId,
+        tool?.toolCallId ?? null,
+        isOpenToolPart(part.body) ? 1 : 0,
+        Buffer.byteLength(json),
+        json,
+      );
+      part.dirty = false;
+    }
+    for (const approvalId of this.linkedApprovals) {
+      const link = this.approvals.get(approvalId);
+      if (link) {
+        this.statements.upsertApproval.run(
+          tenantId,
+          threadId,
+          approvalId,
+          link.runId,
+          link.toolCallId,
+        );
+      }
+    }
+    this.linkedApprovals.clear();
+  }
+
+  private message(seq: number): BufferedMessage {
+    let message = this.messages.get(seq);
+    if (message === undefined) {
+      const row = this.statements.messageBySeq.get(this.tenantId, this.threadId, seq);
+      if (!row) throw new Error(`thread ${this.threadId}: message ${seq} is not stored`);
+      message = {
+        seq,
+        id: row.id,
+        role: row.role,
+        metadata:
+          row.metadata === null
+            ? undefined
+            : (JSON.parse(row.metadata) as NonNullable<UIMessage['metadata']>),
+        partCount: row.part_count,
+        textPart: row.text_part,
+        dirty: false,
+      };
+      this.messages.set(seq, message);
+    }
+    return message;
+  }
+
+  private bufferedPart(location: PartLocation): BufferedPart {
+    const key = partKey(location);
+    let part = this.parts.get(key);
+    if (part === undefined) {
+      const row = this.statements.part.get(
+        this.tenantId,
+        this.threadId,
+        location.message,
+        location.part,
+      );
+      if (!row) {
+        throw new Error(
+          `thread ${this.threadId}: part ${location.part} of message ${location.message} is not stored`,
+        );
+      }
+      const body = JSON.parse(row.body) as UIMessagePart;
+      const runId = isToolPart(body)
+        ? (this.message(location.message).metadata?.runId ?? '')
+        : null;
+      part = { location: { ...location }, runId, body, dirty: false };
+      this.parts.set(key, part);
+    }
+    return part;
+  }
+}
+
+function partKey(location: PartLocation): string {
+  return `${location.message}:${location.part}`;
 }

@@ -25,6 +25,7 @@ import { ThreadsController } from './threads/threads.controller';
 import { ThreadsService } from './threads/threads.service';
 import { SseFanout } from './streams/sse-fanout.service';
 import { StreamsController } from './streams/streams.controller';
+import { StreamSlots } from './streams/stream-slots';
 import { NotificationsController } from './notifications/notifications.controller';
 import { NotificationsService } from './notifications/notifications.service';
 import { NotificationKafka } from './notifications/notification-kafka.service';
@@ -69,6 +70,7 @@ export class AppModule {
         CommandsService,
         BodyRejections,
         SseFanout,
+        StreamSlots,
         SurfaceService,
         NotificationsService,
         NotificationKafka,

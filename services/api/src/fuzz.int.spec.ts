@@ -90,9 +90,10 @@ const THREADS: Record<string, string> = {
 };
 
 const PRINCIPALS = new Map<string, { tenant: string; scopes: string[] }>([
-  [KEYS.tenantA, { tenant: TENANT_A, scopes: ['append', 'read', 'admin'] }],
-  [KEYS.tenantB, { tenant: TENANT_B, scopes: ['append', 'read'] }],
+  [KEYS.tenantA, { tenant: TENANT_A, scopes: ['append', 'read', 'admin', 'approve'] }],
+  [KEYS.tenantB, { tenant: TENANT_B, scopes: ['append', 'read', 'approve'] }],
   [KEYS.readerA, { tenant: TENANT_A, scopes: ['read'] }],
+  [KEYS.gatewayA, { tenant: TENANT_A, scopes: ['append', 'read', 'approve', 'act-as'] }],
 ]);
 
 let t: TestApp;
@@ -435,10 +436,34 @@ function ownerOf(segment: string, known: Record<string, string>): string | 'unkn
   return Object.hasOwn(known, id) ? known[id] : 'unknown';
 }
 
-function userValid(value: string | undefined): boolean {
-  const user = value?.trim() ?? '';
-  // eslint-disable-next-line no-control-regex
-  return user === '' || (user.length <= 128 && !/[\u0000-\u001f\u007f-\u009f]/.test(user));
+/**
+ * Whether the acting user a request names is accepted: naming none (absent or blank) always
+ * is; naming one needs a key with act-as, and a name that percent-decodes to 1–128 printable
+ * characters, trimmed, not spelled like a key's identity (`key:`).
+ */
+function userValid(authorization: string | undefined, value: string | undefined): boolean {
+  const sent = value?.trim() ?? '';
+  if (sent === '') return true;
+  if (!principalOf(authorization)?.scopes.includes('act-as')) return false;
+  let name: string;
+  try {
+    name = decodeURIComponent(sent).trim();
+  } catch {
+    return false;
+  }
+  return (
+    name !== '' &&
+    [...name].length <= 128 &&
+    // eslint-disable-next-line no-control-regex
+    !/[\u0000-\u001f\u007f-\u009f]/.test(name) &&
+    !name.startsWith('key:')
+  );
+}
+
+/** The seeded receipt was issued to tenant A's own key, acting as itself. */
+function isReceiptHolder(authorization: string | undefined, user: string | undefined): boolean {
+  const match = authorization === undefined ? null : /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+  return match?.[1] === KEYS.tenantA && (user?.trim() ?? '') === '';
 }
 
 /** The body as the server's JSON parser reads it, or undefined when it refuses it. */
@@ -1054,13 +1079,15 @@ function commandPath(input: CommandInput): string {
 }
 
 function commandVerdict(input: CommandInput, body: string): Verdict {
-  const tenant = can(input.auth, 'append');
-  if (!tenant || !userValid(input.user)) return REFUSE;
+  const approves = input.command === 'resolve' || input.command === 'answer';
+  const tenant = can(input.auth, approves ? 'approve' : 'append');
+  if (!tenant || !userValid(input.auth, input.user)) return REFUSE;
   const parsed = parseBody(body);
   if (!parsed || !commandBodyValid(input.command, parsed.value)) return REFUSE;
-  // The seeded receipt is tenant A's: another tenant's key does not find it.
+  // The seeded receipt is tenant A's key's own: another tenant does not find it, another
+  // user of tenant A may not spend it.
   if (input.command === 'consume')
-    return tenant === TENANT_A ? { kind: 'write', events: 1 } : REFUSE;
+    return isReceiptHolder(input.auth, input.user) ? { kind: 'write', events: 1 } : REFUSE;
   if (input.command === 'answer') {
     if (!queryIntValid(input.minPosition, 0, Number.MAX_SAFE_INTEGER)) return REFUSE;
     const id = decodeSegment(input.target);
@@ -1133,8 +1160,8 @@ describe('POST commands (steer, stop, resolve, answer, consume)', () => {
 // Headers on every route
 
 /**
- * A route with a valid target of tenant A (or none: the list, the public probes);
- * `readsUser`: it reads X-Runledger-User (the rate-limited routes and the commands) and
+ * A route with a valid target of tenant A (or none: the list, the public probes). Every
+ * authenticated route reads X-Runledger-User (the access guard resolves the acting user) and
  * refuses a bad one. A valid POST writes one event.
  */
 const route = (
@@ -1154,43 +1181,35 @@ const route = (
     | Command,
   method: 'GET' | 'POST',
   path: string,
-  scope: 'read' | 'append' | 'public',
-  readsUser: boolean,
+  scope: 'read' | 'append' | 'approve' | 'public',
 ) => ({
   name,
   method,
   path,
   writes: method === 'POST' ? 1 : 0,
   scope,
-  readsUser,
   owner: path.includes('/fz-') || name === 'consume' ? TENANT_A : null,
 });
 
 /** Every route with a valid target: only the headers (or the method) make a call wrong. */
 const ROUTES = [
-  route('append', 'POST', `/v1/runs/${SEED.runSink}/events`, 'append', false),
-  route('events', 'GET', `/v1/runs/${SEED.runA}/events?limit=5`, 'read', false),
-  route('replay', 'GET', `/v1/runs/${SEED.runA}/replay`, 'read', false),
-  route('audit', 'GET', `/v1/runs/${SEED.runA}/audit`, 'read', false),
-  route('threads', 'GET', '/v1/threads?limit=5', 'read', true),
-  route('thread', 'GET', `/v1/threads/${SEED.threadA}`, 'read', true),
-  route('voice-seed', 'GET', `/v1/threads/${SEED.threadA}/voice-seed`, 'read', true),
-  route(
-    'tool-results',
-    'GET',
-    `/v1/threads/${SEED.threadA}/tool-results/tc-1?for=voice`,
-    'read',
-    true,
-  ),
-  route('steer', 'POST', `/v1/runs/${SEED.runA}/steer`, 'append', true),
-  route('stop', 'POST', `/v1/runs/${SEED.runStop}/stop`, 'append', true),
-  route('resolve', 'POST', `/v1/runs/${SEED.runA}/approvals/ap-1/resolve`, 'append', true),
-  route('answer', 'POST', `/v1/threads/${SEED.threadA}/approvals/answer`, 'append', true),
-  route('consume', 'POST', '/v1/receipts/consume', 'append', true),
-  route('live', 'GET', '/health/live', 'public', false),
-  route('ready', 'GET', '/health/ready', 'public', false),
-  route('metrics', 'GET', '/metrics', 'public', false),
-  route('docs-json', 'GET', '/docs-json', 'public', false),
+  route('append', 'POST', `/v1/runs/${SEED.runSink}/events`, 'append'),
+  route('events', 'GET', `/v1/runs/${SEED.runA}/events?limit=5`, 'read'),
+  route('replay', 'GET', `/v1/runs/${SEED.runA}/replay`, 'read'),
+  route('audit', 'GET', `/v1/runs/${SEED.runA}/audit`, 'read'),
+  route('threads', 'GET', '/v1/threads?limit=5', 'read'),
+  route('thread', 'GET', `/v1/threads/${SEED.threadA}`, 'read'),
+  route('voice-seed', 'GET', `/v1/threads/${SEED.threadA}/voice-seed`, 'read'),
+  route('tool-results', 'GET', `/v1/threads/${SEED.threadA}/tool-results/tc-1?for=voice`, 'read'),
+  route('steer', 'POST', `/v1/runs/${SEED.runA}/steer`, 'append'),
+  route('stop', 'POST', `/v1/runs/${SEED.runStop}/stop`, 'append'),
+  route('resolve', 'POST', `/v1/runs/${SEED.runA}/approvals/ap-1/resolve`, 'approve'),
+  route('answer', 'POST', `/v1/threads/${SEED.threadA}/approvals/answer`, 'approve'),
+  route('consume', 'POST', '/v1/receipts/consume', 'append'),
+  route('live', 'GET', '/health/live', 'public'),
+  route('ready', 'GET', '/health/ready', 'public'),
+  route('metrics', 'GET', '/metrics', 'public'),
+  route('docs-json', 'GET', '/docs-json', 'public'),
 ];
 
 const notJson = (name: string): Allowances => ({ ndjson: name === 'replay' || name === 'metrics' });
@@ -1235,7 +1254,8 @@ describe('headers on every route', () => {
           const allowed =
             tenant !== null &&
             (route.owner === null || route.scope === 'public' || tenant === route.owner) &&
-            (!route.readsUser || userValid(user));
+            (route.scope === 'public' || userValid(auth, user)) &&
+            (route.name !== 'consume' || isReceiptHolder(auth, user));
           const verdict: Verdict = !allowed
             ? REFUSE
             : route.method === 'GET'

@@ -49,7 +49,7 @@ export interface NotificationThread {
   endedCount: number;
   pending: { approvalId: string; runId: string }[];
   status: 'blocked' | 'finished' | 'open';
-  /** Who the thread is for: `metadata.user` of its run and turn starts (`u:<name>` or `k:<key id>`). */
+  /** Who the thread is for: `metadata.user` of its run and turn starts (a user's name, or `key:<key id>`). */
   users: string[];
   /** Position of the last event folded in. */
   position: number;

@@ -10,15 +10,13 @@ import type { EventDataByType } from '../event-catalogue';
 import { EVENT_TYPES, type EndStatus, type EventType } from '../event-types';
 import { toolLabel } from '../tool-labels';
 import {
-  indexOf,
   isTerminal,
-  openToolOf,
-  pushMessage,
-  pushRun,
-  toolKey,
-  type ThreadIndex,
+  memoryRows,
+  type PartLocation,
+  type ThreadHeader,
+  type ThreadRows,
   type ToolLocation,
-} from './thread-index';
+} from './thread-rows';
 import type {
   PendingApproval,
   ProjectedEvent,
@@ -32,14 +30,23 @@ import type {
 /** The tool name shown until some event names the call (a finish may carry no name). */
 export const UNKNOWN_TOOL_NAME = 'unknown';
 
+/**
+ * Most parts a tool part is grouped into: past it, the next tool part starts a new
+ * assistant message, so a page of messages stays a page however many calls a run makes.
+ */
+export const MAX_PARTS_PER_MESSAGE = 10;
+
 export function emptyThread(tenantId: string, threadId: string): ThreadState {
+  return { ...emptyHeader(tenantId, threadId), messages: [] };
+}
+
+export function emptyHeader(tenantId: string, threadId: string): ThreadHeader {
   return {
     tenantId,
     threadId,
     title: null,
     status: 'idle',
     runs: [],
-    messages: [],
     pendingApprovals: [],
     activeTools: [],
     lastActivityAt: '',
@@ -62,15 +69,22 @@ export function evolveThread(state: ThreadState, event: ProjectedEvent): ThreadS
   return next;
 }
 
+/** Folds one event into a ThreadState in memory, in place (O(1) amortised per event). */
+export function applyToThread(state: ThreadState, event: ProjectedEvent): void {
+  applyToRows(memoryRows(state), event);
+}
+
 /**
- * Folds one event into `state`, changing it in place (O(1) amortised per event).
+ * Folds one event into a thread's rows, changing them in place; O(1) rows are read and
+ * written whatever the thread's length.
  *
  * - An event of a type the thread view does not know is left out entirely.
- * - An event at a position below the state's position was already folded (a redelivery)
+ * - An event at a position below the thread's position was already folded (a redelivery)
  *   and changes nothing; the fold expects events in position order.
  * - An event stamped for another tenant or thread is a routing error and throws.
  */
-export function applyToThread(state: ThreadState, event: ProjectedEvent): void {
+export function applyToRows(rows: ThreadRows, event: ProjectedEvent): void {
+  const state = rows.header;
   if (!Object.hasOwn(HANDLERS, event.type)) return;
   if (event.position < state.position) return;
   const owner = threadOf(event);
@@ -81,15 +95,14 @@ export function applyToThread(state: ThreadState, event: ProjectedEvent): void {
     );
   }
   const handler = HANDLERS[event.type as EventType];
-  const index = indexOf(state);
   if (handler !== IGNORED) {
     const runId = typeof event.metadata.runId === 'string' ? event.metadata.runId : '';
-    const fold = { state, index, event, runId };
+    const fold = { state, rows, event, runId };
     (handler as Handler<EventType>)(fold, event.data as never);
   }
   state.position = event.position;
   state.lastActivityAt = event.recordedAt;
-  state.status = statusOf(state, index);
+  state.status = statusOf(rows);
 }
 
 /** What the thread list shows for a thread. */
@@ -102,7 +115,7 @@ export interface ThreadSummary {
   position: number;
 }
 
-export function threadSummary(state: ThreadState): ThreadSummary {
+export function threadSummary(state: ThreadHeader): ThreadSummary {
   return {
     threadId: state.threadId,
     title: state.title,
@@ -113,30 +126,49 @@ export function threadSummary(state: ThreadState): ThreadSummary {
   };
 }
 
-/** The thread as `GET /v1/threads/{threadId}` serves it. */
-export type ThreadView = Pick<
-  ThreadState,
-  | 'threadId'
-  | 'title'
-  | 'status'
-  | 'runs'
-  | 'messages'
-  | 'pendingApprovals'
-  | 'activeTools'
-  | 'position'
->;
+/** Where a page of messages sits in its thread, and how to ask for the one before it. */
+export interface MessagePageInfo {
+  /** Most messages the page could hold. */
+  limit: number;
+  /** Pass as `?before=` to read the page of older messages; null when there are none. */
+  before: string | null;
+  hasMore: boolean;
+}
 
-/** The served fields of the state (shared, not copied). */
-export function threadView(state: ThreadState): ThreadView {
+/** What `GET /v1/threads/{threadId}` serves beside its page of messages. */
+export interface ThreadViewHeader extends Pick<
+  ThreadHeader,
+  'threadId' | 'title' | 'status' | 'runs' | 'pendingApprovals' | 'activeTools' | 'position'
+> {
+  /** Messages in the whole thread. */
+  messageCount: number;
+  page: MessagePageInfo;
+}
+
+/**
+ * The thread as `GET /v1/threads/{threadId}` serves it: the header and one page of
+ * messages, oldest first within the page (the order a chat UI renders).
+ */
+export interface ThreadView extends ThreadViewHeader {
+  messages: UIMessage[];
+}
+
+/** The served fields of the header (shared, not copied). */
+export function threadView(
+  header: ThreadHeader,
+  messageCount: number,
+  page: MessagePageInfo,
+): ThreadViewHeader {
   return {
-    threadId: state.threadId,
-    title: state.title,
-    status: state.status,
-    runs: state.runs,
-    messages: state.messages,
-    pendingApprovals: state.pendingApprovals,
-    activeTools: state.activeTools,
-    position: state.position,
+    threadId: header.threadId,
+    title: header.title,
+    status: header.status,
+    runs: header.runs,
+    pendingApprovals: header.pendingApprovals,
+    activeTools: header.activeTools,
+    position: header.position,
+    messageCount,
+    page,
   };
 }
 
@@ -144,8 +176,8 @@ export function threadView(state: ThreadState): ThreadView {
 // One handler per catalogue type. IGNORED types move only position and lastActivityAt.
 
 interface Fold {
-  state: ThreadState;
-  index: ThreadIndex;
+  state: ThreadHeader;
+  rows: ThreadRows;
   event: ProjectedEvent;
   runId: string;
 }
@@ -167,14 +199,14 @@ const HANDLERS: { readonly [K in EventType]: Handler<K> | typeof IGNORED } = {
   'turn.started': (fold, data) => {
     const run = ensureRun(fold);
     if (run.status !== 'running') return;
-    if (run.activeTurnId === null) fold.index.activeTurns += 1;
+    if (run.activeTurnId === null) fold.rows.counts.activeTurns += 1;
     run.activeTurnId = data.turnId;
   },
   'turn.finished': (fold, data) => {
     const run = ensureRun(fold);
     if (run.activeTurnId !== null && run.activeTurnId === data.turnId) {
       run.activeTurnId = null;
-      fold.index.activeTurns -= 1;
+      fold.rows.counts.activeTurns -= 1;
     }
     clearActiveTools(fold.state, fold.runId);
   },
@@ -210,10 +242,11 @@ export const THREAD_EVENT_HANDLING: Readonly<Record<EventType, 'folded' | 'ignor
 
 /** The event's run; a run seen before its run.started (never on the real write path) is added. */
 function ensureRun(fold: Fold): RunSummary {
-  const { state, index, runId, event } = fold;
-  const at = index.runById.get(runId);
-  if (at !== undefined) return state.runs[at];
-  return pushRun(state, index, {
+  const { rows, runId, event } = fold;
+  const known = rows.run(runId);
+  if (known !== undefined) return known;
+  rows.counts.activeRuns += 1;
+  return rows.addRun({
     runId,
     status: 'running',
     agent: '',
@@ -224,11 +257,11 @@ function ensureRun(fold: Fold): RunSummary {
 }
 
 function endRun(fold: Fold, status: EndStatus): void {
-  const { state, index, runId, event } = fold;
+  const { state, rows, runId, event } = fold;
   const run = ensureRun(fold);
   if (run.status !== 'running') return;
-  index.activeRuns -= 1;
-  if (run.activeTurnId !== null) index.activeTurns -= 1;
+  rows.counts.activeRuns -= 1;
+  if (run.activeTurnId !== null) rows.counts.activeTurns -= 1;
   run.status = status;
   run.finishedAt = event.recordedAt;
   run.activeTurnId = null;
@@ -239,11 +272,12 @@ function endRun(fold: Fold, status: EndStatus): void {
   }
 }
 
-function statusOf(state: ThreadState, index: ThreadIndex): ThreadStatus {
+function statusOf(rows: ThreadRows): ThreadStatus {
+  const state = rows.header;
   if (state.pendingApprovals.length > 0) return 'blocked';
   if (state.runs.length === 0) return 'idle';
-  if (index.activeRuns === 0) return 'finished';
-  if (index.activeTurns > 0 || state.activeTools.length > 0) return 'running';
+  if (rows.counts.activeRuns === 0) return 'finished';
+  if (rows.counts.activeTurns > 0 || state.activeTools.length > 0) return 'running';
   return 'idle';
 }
 
@@ -257,10 +291,10 @@ function upsertText(
   text: string,
   source: 'message' | 'transcript',
 ): void {
-  const { state, index, runId, event } = fold;
-  const at = index.messageById.get(id);
+  const { rows, runId, event } = fold;
+  const at = rows.messageAt(id);
   if (at === undefined) {
-    pushMessage(state, index, {
+    rows.addMessage({
       id,
       role,
       parts: [{ type: 'text', text }],
@@ -270,10 +304,9 @@ function upsertText(
   }
   // The same id again is the same message: its words are replaced where they stand; its
   // role and place in the thread stay as first recorded, and its tool parts stay put.
-  const parts = state.messages[at].parts;
-  const textAt = parts.findIndex((part) => part.type === 'text');
-  if (textAt === -1) parts.push({ type: 'text', text });
-  else parts[textAt] = { type: 'text', text };
+  const textAt = rows.textPartOf(at);
+  if (textAt === -1) rows.addPart(at, { type: 'text', text });
+  else rows.setPart({ message: at, part: textAt }, { type: 'text', text });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -296,12 +329,8 @@ function isEmptyObject(value: unknown): boolean {
   );
 }
 
-function partAt(state: ThreadState, location: ToolLocation): ToolPart {
-  return state.messages[location.message].parts[location.part] as ToolPart;
-}
-
-function setPart(state: ThreadState, location: ToolLocation, part: ToolPart): void {
-  state.messages[location.message].parts[location.part] = part;
+function partAt(rows: ThreadRows, location: PartLocation): ToolPart {
+  return rows.part(location) as ToolPart;
 }
 
 function toolNameOf(part: ToolPart): string {
@@ -310,71 +339,62 @@ function toolNameOf(part: ToolPart): string {
 
 /**
  * Adds a new part for a call: to the last message when it is an assistant message of the
- * same run, else to a new assistant message with an id derived from the call.
+ * same run with room left, else to a new assistant message with an id derived from the call.
  */
-function createPart(fold: Fold, part: ToolPart): ToolLocation {
-  const { state, index, runId, event } = fold;
-  const last = state.messages[state.messages.length - 1];
-  let m: number;
-  if (last !== undefined && last.role === 'assistant' && last.metadata?.runId === runId) {
-    m = state.messages.length - 1;
-    last.parts.push(part);
-  } else {
-    m = pushMessage(state, index, {
-      id: toolMessageId(index, runId, part.toolCallId, event.position),
-      role: 'assistant',
-      parts: [part],
-      metadata: { runId, source: 'tool', position: event.position },
-    });
+function createPart(fold: Fold, part: ToolPart): void {
+  const { rows, runId, event } = fold;
+  const last = rows.lastMessage();
+  if (
+    last !== undefined &&
+    last.role === 'assistant' &&
+    last.runId === runId &&
+    last.partCount < MAX_PARTS_PER_MESSAGE
+  ) {
+    rows.addPart(last.message, part);
+    return;
   }
-  const location: ToolLocation = {
-    message: m,
-    part: state.messages[m].parts.length - 1,
-    runId,
-    toolCallId: part.toolCallId,
-  };
-  const key = toolKey(runId, part.toolCallId);
-  index.tools.set(key, location);
-  index.latestTool.set(part.toolCallId, key);
-  if (!isTerminal(part.state)) openToolOf(index, runId).add(key);
-  return location;
+  rows.addMessage({
+    id: toolMessageId(rows, runId, part.toolCallId, event.position),
+    role: 'assistant',
+    parts: [part],
+    metadata: { runId, source: 'tool', position: event.position },
+  });
 }
 
 /** `tool-msg-<toolCallId>`, qualified by run (then position) only if that id is taken. */
 function toolMessageId(
-  index: ThreadIndex,
+  rows: ThreadRows,
   runId: string,
   toolCallId: string,
   position: number,
 ): string {
   const plain = `tool-msg-${toolCallId}`;
-  if (!index.messageById.has(plain)) return plain;
+  if (rows.messageAt(plain) === undefined) return plain;
   const qualified = `tool-msg-${runId}-${toolCallId}`;
-  if (!index.messageById.has(qualified)) return qualified;
+  if (rows.messageAt(qualified) === undefined) return qualified;
   return `${qualified}-${position}`;
 }
 
-/** Moves a part to a terminal state and out of its run's open parts and the active tools. */
+/** Moves a part to a terminal state; it leaves the active tools with it. */
 function settle(fold: Fold, location: ToolLocation, part: ToolPart): void {
-  setPart(fold.state, location, part);
-  fold.index.openTools.get(location.runId)?.delete(toolKey(location.runId, location.toolCallId));
+  fold.rows.setPart(location, part);
   removeActiveTool(fold.state, location.runId, location.toolCallId);
 }
 
 function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
   const run = ensureRun(fold);
-  const { state, index, runId, event } = fold;
+  const { state, rows, runId, event } = fold;
   const type = `tool-${data.toolName}` as const;
   const input = asInput(data.input);
-  const location = index.tools.get(toolKey(runId, data.toolCallId));
+  const location = rows.tool(runId, data.toolCallId);
   let part: ToolPart;
   if (location === undefined) {
     part = { type, toolCallId: data.toolCallId, state: 'input-available', input };
     createPart(fold, part);
   } else {
     // A start names the call and gives its input; it never moves the state backwards.
-    part = { ...partAt(state, location), type, input };
-    setPart(state, location, part);
+    part = { ...partAt(rows, location), type, input };
+    rows.setPart(location, part);
   }
   if (closeIfRunOver(fold, run)) return;
   if (isTerminal(part.state)) return;
@@ -397,8 +417,8 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
 
 function toolFinished(fold: Fold, data: EventDataByType['tool.finished']): void {
   ensureRun(fold);
-  const { state, index, runId } = fold;
-  const location = index.tools.get(toolKey(runId, data.toolCallId));
+  const { rows, runId } = fold;
+  const location = rows.tool(runId, data.toolCallId);
   const named = typeof data.toolName === 'string' && data.toolName !== '';
   if (location === undefined) {
     // The call is recorded beside its output, even when it never started (BACKGROUND.md §4).
@@ -406,12 +426,12 @@ function toolFinished(fold: Fold, data: EventDataByType['tool.finished']): void 
     createPart(fold, finishedPart(type, data.toolCallId, {}, data, undefined));
     return;
   }
-  const current = partAt(state, location);
+  const current = partAt(rows, location);
   const type: ToolPart['type'] =
     named && toolNameOf(current) === UNKNOWN_TOOL_NAME ? `tool-${data.toolName}` : current.type;
   if (isTerminal(current.state)) {
     // The first terminal state stays: a repeated or late finish only fills in the name.
-    if (type !== current.type) setPart(state, location, { ...current, type });
+    if (type !== current.type) rows.setPart(location, { ...current, type });
     return;
   }
   settle(
@@ -441,20 +461,15 @@ function finishedPart(
   return { type, toolCallId, state: 'output-available', input, output, ...granted };
 }
 
-function closeAsRunEnded(
-  state: ThreadState,
-  location: ToolLocation | undefined,
-  status: string,
-): void {
-  if (location === undefined) return;
-  const part = partAt(state, location);
+function closeAsRunEnded(rows: ThreadRows, location: ToolLocation, status: string): void {
+  const part = partAt(rows, location);
   if (isTerminal(part.state)) return;
   const errorText =
     part.state === 'approval-requested'
       ? `The run ended first (${status}): this tool's approval was never answered.`
       : `The run ended first (${status}): this tool never finished.`;
   const granted = part.approval?.approved === true ? { approval: part.approval } : {};
-  setPart(state, location, {
+  rows.setPart(location, {
     type: part.type,
     toolCallId: part.toolCallId,
     state: 'output-error',
@@ -470,20 +485,17 @@ function closeAsRunEnded(
  */
 function closeIfRunOver(fold: Fold, run: RunSummary): boolean {
   if (run.status === 'running') return false;
-  const open = fold.index.openTools.get(run.runId);
-  if (open !== undefined) {
-    for (const key of open) closeAsRunEnded(fold.state, fold.index.tools.get(key), run.status);
-    fold.index.openTools.delete(run.runId);
+  for (const location of fold.rows.openTools(run.runId)) {
+    closeAsRunEnded(fold.rows, location, run.status);
   }
   return true;
 }
 
 function approvalRequested(fold: Fold, data: EventDataByType['approval.requested']): void {
   const run = ensureRun(fold);
-  const { state, index, runId, event } = fold;
-  const key = toolKey(runId, data.toolCallId);
+  const { state, rows, runId, event } = fold;
   const input = asInput(data.input);
-  const location = index.tools.get(key);
+  const location = rows.tool(runId, data.toolCallId);
   const approval = { id: data.approvalId };
   if (location === undefined) {
     createPart(fold, {
@@ -494,9 +506,9 @@ function approvalRequested(fold: Fold, data: EventDataByType['approval.requested
       approval,
     });
   } else {
-    const current = partAt(state, location);
+    const current = partAt(rows, location);
     if (!isTerminal(current.state)) {
-      setPart(state, location, {
+      rows.setPart(location, {
         type: toolNameOf(current) === UNKNOWN_TOOL_NAME ? `tool-${data.toolName}` : current.type,
         toolCallId: current.toolCallId,
         state: 'approval-requested',
@@ -505,7 +517,7 @@ function approvalRequested(fold: Fold, data: EventDataByType['approval.requested
       });
     }
   }
-  index.approvalTool.set(data.approvalId, key);
+  rows.linkApproval(data.approvalId, runId, data.toolCallId);
   if (closeIfRunOver(fold, run)) return;
   const pending: PendingApproval = {
     approvalId: data.approvalId,
@@ -528,17 +540,16 @@ export const DOWNGRADED_REASON =
 
 function approvalResolved(fold: Fold, data: EventDataByType['approval.resolved']): void {
   ensureRun(fold);
-  const { state, index } = fold;
+  const { state, rows } = fold;
   const at = state.pendingApprovals.findIndex((p) => p.approvalId === data.approvalId);
   if (at !== -1) state.pendingApprovals.splice(at, 1);
-  const key = index.approvalTool.get(data.approvalId);
-  const location = key === undefined ? undefined : index.tools.get(key);
+  const location = rows.approvalTool(data.approvalId);
   if (location === undefined) return;
-  const part = partAt(state, location);
+  const part = partAt(rows, location);
   if (part.state !== 'approval-requested' || part.approval?.id !== data.approvalId) return;
   const base = { type: part.type, toolCallId: part.toolCallId, input: part.input ?? {} };
   if (data.decision === 'allow') {
-    setPart(state, location, {
+    rows.setPart(location, {
       ...base,
       state: 'approval-responded',
       approval: { id: data.approvalId, approved: true },
@@ -556,7 +567,7 @@ function approvalResolved(fold: Fold, data: EventDataByType['approval.resolved']
 // ---------------------------------------------------------------------------------------
 // Active tools
 
-function removeActiveTool(state: ThreadState, runId: string, toolCallId: string): void {
+function removeActiveTool(state: ThreadHeader, runId: string, toolCallId: string): void {
   const at = state.activeTools.findIndex(
     (tool) => tool.runId === runId && tool.toolCallId === toolCallId,
   );
@@ -564,7 +575,7 @@ function removeActiveTool(state: ThreadState, runId: string, toolCallId: string)
 }
 
 /** What is running NOW: the assistant speaking again, or a turn or run ending, clears it. */
-function clearActiveTools(state: ThreadState, runId: string): void {
+function clearActiveTools(state: ThreadHeader, runId: string): void {
   if (state.activeTools.some((tool) => tool.runId === runId)) {
     state.activeTools = state.activeTools.filter((tool) => tool.runId !== runId);
   }

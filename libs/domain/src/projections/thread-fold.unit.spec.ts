@@ -21,6 +21,7 @@ import {
   DOWNGRADED_REASON,
   emptyThread,
   evolveThread,
+  MAX_PARTS_PER_MESSAGE,
   THREAD_EVENT_HANDLING,
   threadOf,
   threadSummary,
@@ -765,6 +766,25 @@ describe('the fold contract', () => {
     expect(state).toEqual(emptyThread(TENANT, THREAD));
   });
 
+  it('given a run of many tool calls, then their parts fill assistant messages of at most MAX_PARTS_PER_MESSAGE, each call once, in order', () => {
+    const calls = 2 * MAX_PARTS_PER_MESSAGE + 3;
+    const events = [log.runStarted('r1')];
+    for (let c = 0; c < calls; c += 1) {
+      events.push(log.toolStarted('r1', `tc${c}`), log.toolFinished('r1', `tc${c}`));
+    }
+    const state = given(...events).when();
+    expect(state.messages.map((m) => m.parts.length)).toEqual([
+      MAX_PARTS_PER_MESSAGE,
+      MAX_PARTS_PER_MESSAGE,
+      3,
+    ]);
+    expect(state.messages.every((m) => m.role === 'assistant')).toBe(true);
+    expect(toolParts(state).map((p) => p.toolCallId)).toEqual(
+      Array.from({ length: calls }, (_, c) => `tc${c}`),
+    );
+    expect(toolParts(state).every((p) => p.state === 'output-available')).toBe(true);
+  });
+
   it('threadOf reads tenant and thread from the metadata, and answers null without them', () => {
     const event = log.runStarted('r1');
     expect(threadOf(event)).toEqual({ tenantId: TENANT, threadId: THREAD });
@@ -785,9 +805,14 @@ describe('the fold contract', () => {
       pendingApprovalCount: 1,
       position: state.position,
     });
-    expect(Object.keys(threadView(state)).sort()).toEqual([
+    const page = { limit: 50, before: null, hasMore: false };
+    const view = threadView(state, state.messages.length, page);
+    expect(view.page).toBe(page);
+    expect(view.messageCount).toBe(state.messages.length);
+    expect(Object.keys(view).sort()).toEqual([
       'activeTools',
-      'messages',
+      'messageCount',
+      'page',
       'pendingApprovals',
       'position',
       'runs',

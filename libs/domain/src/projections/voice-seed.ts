@@ -4,7 +4,7 @@
  * one decoder; tool rows and tool outputs are never replayed as speech.
  */
 import { messageText } from './message-text';
-import type { ThreadState } from './thread-state';
+import type { ActiveTool, ThreadState, UIMessage } from './thread-state';
 
 export const VOICE_SEED_MAX_TURNS = 20;
 export const VOICE_SEED_MAX_TOKENS = 4000;
@@ -44,6 +44,15 @@ export function estimateTokens(text: string): number {
   return Math.ceil(text.length / CHARS_PER_TOKEN);
 }
 
+/** The voice seed of a thread held in memory: `voiceSeedOf` its messages, newest first. */
+export function voiceSeed(state: ThreadState, options: VoiceSeedOptions = {}): VoiceSeed {
+  return voiceSeedOf(newestFirst(state.messages), state.activeTools, options);
+}
+
+function* newestFirst(messages: readonly UIMessage[]): Generator<UIMessage> {
+  for (let m = messages.length - 1; m >= 0; m -= 1) yield messages[m];
+}
+
 /**
  * The newest user and assistant turns (typed messages and transcripts) that fit, oldest
  * first: at most `maxTurns` turns and `maxTokens` tokens, the estimate taken per turn and
@@ -51,14 +60,21 @@ export function estimateTokens(text: string): number {
  * are not turns. The turns are contiguous: the walk back stops at the first that does not
  * fit. When the newest turn alone is over the budget it is kept cut to its last characters,
  * after a leading '…', so the call still hears what was said last.
+ *
+ * `messages` is walked newest first and only as far as the budget goes, so a store can hand
+ * its rows over lazily and read only those the seed needs.
  */
-export function voiceSeed(state: ThreadState, options: VoiceSeedOptions = {}): VoiceSeed {
+export function voiceSeedOf(
+  messages: Iterable<UIMessage>,
+  running: readonly ActiveTool[],
+  options: VoiceSeedOptions = {},
+): VoiceSeed {
   const maxTurns = options.maxTurns ?? VOICE_SEED_MAX_TURNS;
   const maxTokens = options.maxTokens ?? VOICE_SEED_MAX_TOKENS;
   const turns: VoiceSeedTurn[] = [];
   let tokenEstimate = 0;
-  for (let m = state.messages.length - 1; m >= 0 && turns.length < maxTurns; m -= 1) {
-    const message = state.messages[m];
+  for (const message of messages) {
+    if (turns.length >= maxTurns) break;
     if (message.role !== 'user' && message.role !== 'assistant') continue;
     const text = messageText(message);
     if (text.trim() === '') continue;
@@ -79,7 +95,7 @@ export function voiceSeed(state: ThreadState, options: VoiceSeedOptions = {}): V
     break;
   }
   turns.reverse();
-  const activeTools = state.activeTools.map(({ toolCallId, toolName, label }) => ({
+  const activeTools = running.map(({ toolCallId, toolName, label }) => ({
     toolCallId,
     toolName,
     label,

@@ -44,12 +44,19 @@ export function toolResultForVoice(
   options: VoiceToolResultOptions = {},
 ): VoiceToolResult | null {
   const part = findToolPart(state, toolCallId, options.runId);
-  if (part === null) return null;
+  return part === null ? null : toolPartResult(part, options);
+}
+
+/** One tool part's result as text, cut as `toolResultForVoice` describes. */
+export function toolPartResult(
+  part: ToolPart,
+  options: Omit<VoiceToolResultOptions, 'runId'> = {},
+): VoiceToolResult {
   const whole = resultText(part);
   const maxChars = options.maxChars ?? VOICE_TOOL_RESULT_MAX_CHARS;
   const offset = Math.min(options.offset ?? 0, whole.length);
   const base = {
-    toolCallId,
+    toolCallId: part.toolCallId,
     toolName: part.type.slice('tool-'.length),
     state: part.state,
     totalChars: whole.length,

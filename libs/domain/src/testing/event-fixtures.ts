@@ -61,6 +61,7 @@ export const EVENT_DATA_EXAMPLES: { [K in EventType]: EventDataByType[K] } = {
     approvalId: 'appr-1',
     decision: 'allow',
     receipt: 'receipt-7f3a',
+    receiptDigest: '5'.repeat(64),
     decidedBy: 'ops@example.com',
     downgraded: false,
     policyRevision: 'c0ffee',

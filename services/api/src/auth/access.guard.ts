@@ -1,7 +1,10 @@
 /**
  * The one place that decides access, for every route: bearer key → tenant and scopes,
- * checked against the scope the route declares. Tenant ownership of a run or thread is
- * decided where the run is read, and answered 404 so a foreign id reveals nothing.
+ * checked against the scope the route declares, and the acting user (only an `act-as` key
+ * may name one). Which key is calling is settled before the body is read
+ * (auth/authenticate.hook.ts); which scope a route needs is decided here. Tenant ownership
+ * of a run or thread is decided where the run is read, and answered 404 so a foreign id
+ * reveals nothing.
  */
 import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
@@ -9,6 +12,7 @@ import type { FastifyRequest } from 'fastify';
 import type { Scope } from '../config/config';
 import { ApiError } from '../http/api-error';
 import { ACCESS_KEY, type Access } from './access.decorators';
+import { actorOf } from './acting-user';
 import { ApiKeyTable } from './api-keys';
 import type { Principal } from './principal';
 
@@ -16,13 +20,23 @@ import type { Principal } from './principal';
 export class AccessPolicy {
   constructor(private readonly keys: ApiKeyTable) {}
 
-  /** The caller of `request` if its key holds `scope`; otherwise the 401/403 to answer. */
-  principalFor(request: FastifyRequest, scope: Scope): Principal {
+  /** Who sends `request`, from its bearer key; otherwise the 401 to answer. Reads no body. */
+  identify(request: FastifyRequest): Principal {
     const header = request.headers.authorization;
     const match = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
     if (!match) throw new ApiError(401, 'unauthorized', 'send Authorization: Bearer <api key>');
     const principal = this.keys.resolve(match[1]);
     if (!principal) throw new ApiError(401, 'unauthorized', 'the API key is not recognised');
+    return principal;
+  }
+
+  /**
+   * The caller of `request` if its key holds `scope`; otherwise the 401/403 to answer. The
+   * key was resolved before the body was read (auth/authenticate.hook.ts); a request that
+   * did not pass through that hook is identified here.
+   */
+  principalFor(request: FastifyRequest, scope: Scope): Principal {
+    const principal = request.principal ?? this.identify(request);
     if (!principal.scopes.has(scope)) {
       throw new ApiError(403, 'forbidden', `this API key lacks the ${scope} scope`);
     }
@@ -46,7 +60,9 @@ export class AccessGuard implements CanActivate {
       throw new ApiError(403, 'forbidden', 'this route declares no access rule');
     if ('public' in access) return true;
     const request = context.switchToHttp().getRequest<FastifyRequest>();
-    request.principal = this.policy.principalFor(request, access.scope);
+    const principal = this.policy.principalFor(request, access.scope);
+    request.principal = principal;
+    request.actor = actorOf(principal, request.headers);
     return true;
   }
 }

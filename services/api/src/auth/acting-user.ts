@@ -1,32 +1,64 @@
 /**
- * The acting user of a request: the client's `X-Runledger-User` when it names one, else the
- * API key itself. The one reading of that header, for rate budgets and for who decided.
+ * The acting user of a request, the one reading of who acts: for rate budgets, for who
+ * decided an approval, for whom a receipt is. A key that is a user acts as that user. Only a
+ * trusted gateway key (scope `act-as`) may name the user, in `X-Runledger-User` as
+ * percent-encoded UTF-8 (`%C5%81ukasz`) or in `X-Runledger-User*` as RFC 8187
+ * (`UTF-8''%C5%81ukasz`); any other key naming a user is refused 403, so a client cannot
+ * pick who it is. A call naming no user acts as the key's own user, or as the key itself.
  */
+import { decodeUser, USER_NAME_RULE } from '../config/config';
 import { ApiError } from '../http/api-error';
-import type { Principal } from './principal';
+import type { Actor, Principal } from './principal';
 
 export const USER_HEADER = 'x-runledger-user';
-export const USER_HEADER_MAX = 128;
+export const USER_HEADER_EXTENDED = 'x-runledger-user*';
 
-/** C0 and C1 controls and DEL; Node's parser already refuses most of them, not a tab. */
-function hasControlCharacter(text: string): boolean {
-  for (let i = 0; i < text.length; i += 1) {
-    const code = text.charCodeAt(i);
-    if (code < 0x20 || (code >= 0x7f && code <= 0x9f)) return true;
+type HeaderValue = string | string[] | undefined;
+
+export function actorOf(principal: Principal, headers: Record<string, HeaderValue>): Actor {
+  // A blank header names no one, like an absent one.
+  const plain = single(headers[USER_HEADER])?.trim() || undefined;
+  const extended = single(headers[USER_HEADER_EXTENDED])?.trim() || undefined;
+  if (plain !== undefined || extended !== undefined) {
+    if (!principal.scopes.has('act-as')) {
+      throw new ApiError(
+        403,
+        'forbidden',
+        'this API key may not name the acting user: X-Runledger-User needs a gateway key with the act-as scope',
+      );
+    }
+    if (plain !== undefined && extended !== undefined) {
+      throw invalid('X-Runledger-User', 'send X-Runledger-User or X-Runledger-User*, not both');
+    }
+    const name = plain !== undefined ? decodeUser(plain) : decodeExtended(extended!);
+    if (name === null) {
+      const field = plain !== undefined ? 'X-Runledger-User' : 'X-Runledger-User*';
+      const rule =
+        plain !== undefined
+          ? `X-Runledger-User must be ${USER_NAME_RULE}`
+          : `X-Runledger-User* must be RFC 8187 UTF-8''<${USER_NAME_RULE}>`;
+      throw invalid(field, rule);
+    }
+    return { kind: 'user', name };
   }
-  return false;
+  if (principal.user !== undefined) return { kind: 'user', name: principal.user };
+  return { kind: 'service', name: `key:${principal.keyId}` };
 }
 
-/** `u:<name>` from the header, or `k:<key id>`: the prefixes keep the two from colliding. */
-export function actingUser(principal: Principal, header: string | string[] | undefined): string {
-  const raw = Array.isArray(header) ? header.join(', ') : header;
-  const user = raw?.trim() ?? '';
-  if (user === '') return `k:${principal.keyId}`;
-  if (user.length > USER_HEADER_MAX || hasControlCharacter(user)) {
-    const rule = `X-Runledger-User must be at most ${USER_HEADER_MAX} printable characters`;
-    throw new ApiError(400, 'validation_failed', rule, [
-      { field: 'X-Runledger-User', rule: 'isPrintable', message: rule },
-    ]);
+/** RFC 8187 ext-value with the UTF-8 charset: `UTF-8'<language>'<percent-encoded>`. */
+function decodeExtended(value: string): string | null {
+  const match = /^utf-8'[A-Za-z0-9-]*'(.+)$/i.exec(value);
+  return match ? decodeUser(match[1]) : null;
+}
+
+/** A repeated header names two users: refused rather than joined into one name. */
+function single(value: HeaderValue): string | undefined {
+  if (Array.isArray(value)) {
+    throw invalid('X-Runledger-User', 'X-Runledger-User may be sent once');
   }
-  return `u:${user}`;
+  return value;
+}
+
+function invalid(field: string, rule: string): ApiError {
+  return new ApiError(400, 'validation_failed', rule, [{ field, rule: 'isUser', message: rule }]);
 }

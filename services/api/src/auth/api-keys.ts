@@ -15,9 +15,14 @@ export class ApiKeyTable {
   private readonly byDigest = new Map<string, Principal>();
 
   constructor(keys: readonly ApiKey[]) {
-    for (const { key, tenantId, scopes } of keys) {
+    for (const { key, tenantId, scopes, principal } of keys) {
       const keyDigest = digest(key);
-      this.byDigest.set(keyDigest, { tenantId, scopes, keyId: keyDigest.slice(0, 16) });
+      this.byDigest.set(keyDigest, {
+        tenantId,
+        scopes,
+        keyId: keyDigest.slice(0, 16),
+        ...(principal === undefined ? {} : { user: principal }),
+      });
     }
   }
 

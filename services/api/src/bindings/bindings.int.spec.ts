@@ -46,7 +46,7 @@ describe('PUT /v1/bindings', () => {
         bindingId: created.bindingId,
         threadId: created.threadId,
         ...key,
-        boundBy: expect.stringMatching(/^k:[0-9a-f]{16}$/),
+        boundBy: expect.stringMatching(/^key:[0-9a-f]{16}$/),
         boundAt: created.boundAt,
         position: created.position,
       },
@@ -70,8 +70,8 @@ describe('PUT /v1/bindings', () => {
   });
 
   it('binds a second channel to an existing thread, independently of the first', async () => {
-    const first = await bind(conversation(), KEYS.tenantA, 'ana');
-    expect(first.body.boundBy).toBe('u:ana');
+    const first = await bind(conversation(), KEYS.gatewayA, 'ana');
+    expect(first.body.boundBy).toBe('ana');
     const slack = { channel: 'slack', account: `T-${randomUUID()}`, chat: 'C042' };
     const second = await bind({ ...slack, threadId: first.body.threadId });
     expect(second.status).toBe(201);

@@ -37,6 +37,13 @@ export class ConsumeBody {
   @MaxLength(1024)
   toolName!: string;
 
+  /** Optional: when given, it must be the tool call the receipt was issued for. */
+  @ValidateIf((_body, value) => value !== undefined)
+  @IsString()
+  @IsNotEmpty()
+  @MaxLength(256)
+  toolCallId?: string;
+
   @Allow()
   input!: unknown;
 }

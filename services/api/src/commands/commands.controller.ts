@@ -2,17 +2,12 @@ import { Body, Controller, HttpCode, Param, Post, Query, Req } from '@nestjs/com
 import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { FastifyRequest } from 'fastify';
 import { RequireScope } from '../auth/access.decorators';
-import { actingUser, USER_HEADER } from '../auth/acting-user';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
 import { CommandsService, type Caller } from './commands.service';
 
 export function callerOf(request: FastifyRequest): Caller {
-  const principal = request.principal!;
-  return {
-    tenantId: principal.tenantId,
-    user: actingUser(principal, request.headers[USER_HEADER]),
-  };
+  return { tenantId: request.principal!.tenantId, user: request.actor!.name };
 }
 
 @ApiTags('commands')
@@ -52,13 +47,14 @@ export class CommandsController {
 
   @Post('runs/:runId/approvals/:approvalId/resolve')
   @HttpCode(201)
-  @RequireScope('append')
+  @RequireScope('approve')
   @RateLimited('costly')
   @ApiOperation({
     summary: 'Resolve an approval exactly once: `{ decision: "allow" | "deny" }`',
     description:
       'Policy is evaluated now: an allow it forbids is recorded as a one-time deny with `downgraded: true`. ' +
-      'The answer carries a signed one-use receipt. A second resolution answers 409 `already_resolved` with the first.',
+      'Needs the `approve` scope. The answer carries a signed one-use receipt, for the resolver only: the log ' +
+      'keeps its id and digest. A second resolution answers 409 `already_resolved` with the first (without a receipt).',
   })
   resolve(
     @Req() request: FastifyRequest,
@@ -71,7 +67,7 @@ export class CommandsController {
 
   @Post('threads/:threadId/approvals/answer')
   @HttpCode(201)
-  @RequireScope('append')
+  @RequireScope('approve')
   @RateLimited('costly')
   @ApiOperation({
     summary: 'Answer "yes"/"no" safely: resolves the only pending approval of the thread',
@@ -98,8 +94,11 @@ export class CommandsController {
   @ApiOperation({
     summary: 'Consume a one-use receipt: `{ receipt, toolName, input }`',
     description:
-      'Verifies the signature, expiry, tool and input digest, then consumes it once across all replicas ' +
-      '(append to `receipt-<id>` with `no_stream`). Any later use: 409 `receipt_already_used`.',
+      'Verifies the signature and expiry, then re-checks what the receipt is bound to, as it is now: the tool, ' +
+      'tool call (`toolCallId`, optional) and input digest, the user it was issued to, the run still going, ' +
+      'the approval not superseded, and the policy still allowing the tool; any of those failing is 403 ' +
+      '`receipt_refused` with its `reason`. Then it is consumed once across all replicas (append to the ' +
+      "tenant's `receipt-<tenant>-<id>` with `no_stream`). Any later use: 409 `receipt_already_used`.",
   })
   consume(@Req() request: FastifyRequest, @Body() body: unknown) {
     return this.commands.consume(callerOf(request), body);

@@ -135,12 +135,11 @@ describe('resolve', () => {
     for (const r of lost) {
       expect(r.body).toMatchObject({
         error: 'already_resolved',
-        resolution: {
-          approvalId: 'ap-1',
-          decision: won[0].body.decision,
-          receipt: won[0].body.receipt,
-        },
+        resolution: { approvalId: 'ap-1', decision: won[0].body.decision },
       });
+      // The bearer receipt went to the one resolver; a loser learns only the decision.
+      expect(r.body.resolution).not.toHaveProperty('receipt');
+      expect(JSON.stringify(r.body)).not.toContain(won[0].body.receipt);
     }
     expect((await types(runId)).filter((type) => type === 'approval.resolved')).toHaveLength(1);
   });
@@ -333,5 +332,179 @@ describe('tenant isolation', () => {
       'approval.requested',
       'approval.resolved',
     ]);
+  });
+});
+
+describe('receipts are re-checked when consumed', () => {
+  const gateway = (user: string) => ({
+    ...t.auth(KEYS.gatewayA),
+    'X-Runledger-User': encodeURIComponent(user),
+  });
+  const consumeBody = (receipt: string) => ({
+    receipt,
+    toolName: 'deploy',
+    input: { env: 'prod' },
+  });
+
+  /** A run with a pending approval, resolved allow by `headers`; answers the run and the receipt. */
+  async function resolvedBy(headers: Record<string, string>) {
+    const { runId } = await newRun([approval('ap')]);
+    const res = await t
+      .http()
+      .post(`/v1/runs/${runId}/approvals/ap/resolve`)
+      .set(headers)
+      .send({ decision: 'allow' });
+    expect(res.status).toBe(201);
+    return { runId, receipt: res.body.receipt as string, receiptId: res.body.receiptId as string };
+  }
+
+  it('refuses a receipt after the policy stopped allowing the tool', async () => {
+    const { receipt } = await resolvedBy(t.auth());
+    writeFileSync(policyFile, 'default:\n  deny: ["format_disk", "deploy"]\n');
+    try {
+      const res = await post('/v1/receipts/consume', consumeBody(receipt));
+      expect(res.status).toBe(403);
+      expect(res.body).toMatchObject({ error: 'receipt_refused', reason: 'policy_forbids' });
+    } finally {
+      writeFileSync(policyFile, 'default:\n  deny: ["format_disk"]\n');
+    }
+    // Refused, not spent: with the tool allowed again, it is consumed once.
+    expect((await post('/v1/receipts/consume', consumeBody(receipt))).status).toBe(200);
+  });
+
+  it('refuses a receipt after its run was stopped', async () => {
+    const { runId, receipt } = await resolvedBy(t.auth());
+    expect((await post(`/v1/runs/${runId}/stop`, {})).status).toBe(201);
+    const res = await post('/v1/receipts/consume', consumeBody(receipt));
+    expect(res.status).toBe(403);
+    expect(res.body).toMatchObject({ error: 'receipt_refused', reason: 'run_finished' });
+  });
+
+  it('refuses a receipt after its run ended', async () => {
+    const { runId, receipt } = await resolvedBy(t.auth());
+    const end = { type: 'run.finished', data: { status: 'completed' } };
+    expect((await post(`/v1/runs/${runId}/events`, { events: [end] })).status).toBe(201);
+    const res = await post('/v1/receipts/consume', consumeBody(receipt));
+    expect(res.status).toBe(403);
+    expect(res.body.reason).toBe('run_finished');
+  });
+
+  it('refuses a receipt consumed by another user than the one it was issued to', async () => {
+    const { receipt } = await resolvedBy(gateway('Łukasz'));
+    const send = (headers: Record<string, string>) =>
+      t.http().post('/v1/receipts/consume').set(headers).send(consumeBody(receipt));
+    const other = await send(gateway('Дмитрий'));
+    expect(other.status).toBe(403);
+    expect(other.body).toMatchObject({ error: 'receipt_refused', reason: 'user_mismatch' });
+    const keyItself = await send(t.auth(KEYS.gatewayA));
+    expect(keyItself.body.reason).toBe('user_mismatch');
+    expect((await send(gateway('Łukasz'))).status).toBe(200);
+  });
+
+  it('refuses a receipt presented with a read-only key', async () => {
+    const { receipt } = await resolvedBy(t.auth());
+    const res = await post('/v1/receipts/consume', consumeBody(receipt), KEYS.readerA);
+    expect(res.status).toBe(403);
+    expect(res.body.error).toBe('forbidden');
+    expect((await post('/v1/receipts/consume', consumeBody(receipt))).status).toBe(200);
+  });
+
+  it('refuses a receipt whose approval was superseded by a new one for the same tool call', async () => {
+    const { runId, receipt } = await resolvedBy(t.auth());
+    const again = {
+      ...approval('ap-again'),
+      data: { ...approval('ap-again').data, toolCallId: 'call-ap' },
+    };
+    expect((await post(`/v1/runs/${runId}/events`, { events: [again] })).status).toBe(201);
+    const res = await post('/v1/receipts/consume', consumeBody(receipt));
+    expect(res.status).toBe(403);
+    expect(res.body.reason).toBe('superseded');
+  });
+
+  it('keeps only the receipt id and digest in the log: no reader can take the bearer token', async () => {
+    const { runId, receipt, receiptId } = await resolvedBy(t.auth());
+    const res = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth(KEYS.readerA));
+    const resolved = (res.body.events as { type: string; data: Record<string, unknown> }[]).find(
+      (e) => e.type === 'approval.resolved',
+    )!;
+    expect(resolved.data.receipt).toBe(receiptId);
+    expect(resolved.data.receiptDigest).toBe(createHash('sha256').update(receipt).digest('hex'));
+    expect(JSON.stringify(res.body)).not.toContain(receipt);
+    const replay = await t.replay(runId, KEYS.readerA);
+    expect(JSON.stringify(replay.lines)).not.toContain(receipt);
+  });
+});
+
+describe('who approves', () => {
+  it('refuses resolve and answer to a key without the approve scope: recording a call is not deciding it', async () => {
+    const { runId, threadId, position } = await newRun([approval('ap')]);
+    const resolve = await post(
+      `/v1/runs/${runId}/approvals/ap/resolve`,
+      { decision: 'allow' },
+      KEYS.runtimeA,
+    );
+    expect(resolve.status).toBe(403);
+    expect(resolve.body.message).toMatch(/approve/);
+    const answer = await post(
+      `/v1/threads/${threadId}/approvals/answer?minPosition=${position}`,
+      { decision: 'allow' },
+      KEYS.runtimeA,
+    );
+    expect(answer.status).toBe(403);
+    expect(await types(runId)).toEqual(['run.started', 'approval.requested']);
+  });
+
+  it.each(['Łukasz', 'Дмитрий', '田中'])(
+    'records %s, named by a gateway, exactly as sent in decidedBy',
+    async (name) => {
+      for (const headers of [
+        { 'X-Runledger-User': encodeURIComponent(name) },
+        { 'X-Runledger-User*': `UTF-8''${encodeURIComponent(name)}` },
+      ]) {
+        const { runId } = await newRun([approval('ap')]);
+        const res = await t
+          .http()
+          .post(`/v1/runs/${runId}/approvals/ap/resolve`)
+          .set({ ...t.auth(KEYS.gatewayA), ...headers })
+          .send({ decision: 'deny' });
+        expect(res.status).toBe(201);
+        const events = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
+        const resolved = events.body.events.find(
+          (e: { type: string }) => e.type === 'approval.resolved',
+        );
+        expect(resolved.data.decidedBy).toBe(name);
+        const again = await t
+          .http()
+          .post(`/v1/runs/${runId}/approvals/ap/resolve`)
+          .set({ ...t.auth(KEYS.gatewayA), ...headers })
+          .send({ decision: 'allow' });
+        expect(again.body.resolution.decidedBy).toBe(name);
+      }
+    },
+  );
+
+  it("records a user key's own user, and a key acting as itself by its id", async () => {
+    const { runId } = await newRun([approval('ap'), approval('ap-2')]);
+    await post(`/v1/runs/${runId}/approvals/ap/resolve`, { decision: 'deny' }, KEYS.anaA);
+    await post(`/v1/runs/${runId}/approvals/ap-2/resolve`, { decision: 'deny' });
+    const events = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
+    const decidedBy = events.body.events
+      .filter((e: { type: string }) => e.type === 'approval.resolved')
+      .map((e: { data: { decidedBy: string } }) => e.data.decidedBy);
+    expect(decidedBy[0]).toBe('Ana');
+    expect(decidedBy[1]).toMatch(/^key:[0-9a-f]{16}$/);
+  });
+
+  it('refuses a key without act-as naming the user: 403, nothing resolved', async () => {
+    const { runId } = await newRun([approval('ap')]);
+    for (const key of [KEYS.tenantA, KEYS.anaA]) {
+      const res = await t
+        .http()
+        .post(`/v1/runs/${runId}/approvals/ap/resolve`)
+        .set({ ...t.auth(key), 'X-Runledger-User': 'ceo' })
+        .send({ decision: 'allow' });
+      expect(res.status).toBe(403);
+    }
+    expect(await types(runId)).toEqual(['run.started', 'approval.requested']);
   });
 });

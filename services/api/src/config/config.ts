@@ -19,6 +19,17 @@ import {
 const toInt = ({ value }: { value: unknown }) =>
   typeof value === 'string' && /^-?\d+$/.test(value.trim()) ? Number(value.trim()) : value;
 
+/** An integer setting within [min, max]; one message for every way a value can break it. */
+function IntRange(name: string, min: number, max: number): PropertyDecorator {
+  const message = `${name} must be an integer between ${min} and ${max}`;
+  return (target, key) => {
+    Transform(toInt)(target, key);
+    IsInt({ message })(target, key);
+    Min(min, { message })(target, key);
+    Max(max, { message })(target, key);
+  };
+}
+
 export class EnvironmentSchema {
   @Transform(toInt)
   @IsInt({ message: 'PORT must be an integer between 0 and 65535' })
@@ -113,17 +124,83 @@ export class EnvironmentSchema {
   })
   RATE_LIMIT_COSTLY = 6;
 
+  @IsOptional()
   @Transform(toInt)
-  @IsInt({ message: 'SSE_MAX_BUFFER must be an integer between 1 and 100000' })
-  @Min(1, { message: 'SSE_MAX_BUFFER must be an integer between 1 and 100000' })
-  @Max(100_000, { message: 'SSE_MAX_BUFFER must be an integer between 1 and 100000' })
-  SSE_MAX_BUFFER = 1000;
+  @IsInt({ message: 'RATE_LIMIT_SERVICE_CALLS must be an integer between 1 and 100000' })
+  @Min(1, { message: 'RATE_LIMIT_SERVICE_CALLS must be an integer between 1 and 100000' })
+  @Max(100_000, { message: 'RATE_LIMIT_SERVICE_CALLS must be an integer between 1 and 100000' })
+  RATE_LIMIT_SERVICE_CALLS?: number;
+
+  @IsOptional()
+  @Transform(toInt)
+  @IsInt({
+    message:
+      'RATE_LIMIT_SERVICE_COSTLY must be an integer of at least 1, at most RATE_LIMIT_SERVICE_CALLS',
+  })
+  @Min(1, {
+    message:
+      'RATE_LIMIT_SERVICE_COSTLY must be an integer of at least 1, at most RATE_LIMIT_SERVICE_CALLS',
+  })
+  RATE_LIMIT_SERVICE_COSTLY?: number;
+
+  @IsOptional()
+  @IsIn(['production', 'development', 'test'], {
+    message: 'RUNLEDGER_ENV must be production, development or test',
+  })
+  RUNLEDGER_ENV?: 'production' | 'development' | 'test';
+
+  @IsOptional()
+  @IsString()
+  NODE_ENV?: string;
 
   @Transform(toInt)
   @IsInt({ message: 'SSE_HEARTBEAT_MS must be an integer between 10 and 300000' })
   @Min(10, { message: 'SSE_HEARTBEAT_MS must be an integer between 10 and 300000' })
   @Max(300_000, { message: 'SSE_HEARTBEAT_MS must be an integer between 10 and 300000' })
   SSE_HEARTBEAT_MS = 15_000;
+
+  // Bounded cost per request (docs/limits.md): every limit a stranger's request meets.
+  @IntRange('SMALL_BODY_MAX_BYTES', 1024, 1_073_741_824)
+  SMALL_BODY_MAX_BYTES = 65_536;
+
+  @IntRange('JSON_MAX_KEYS', 1, 100_000_000)
+  JSON_MAX_KEYS = 100_000;
+
+  @IntRange('JSON_MAX_OBJECT_KEYS', 1, 100_000_000)
+  JSON_MAX_OBJECT_KEYS = 10_000;
+
+  @IntRange('JSON_MAX_ITEMS', 1, 1_000_000_000)
+  JSON_MAX_ITEMS = 1_000_000;
+
+  @IntRange('LARGE_BODY_BYTES', 1024, 1_073_741_824)
+  LARGE_BODY_BYTES = 1_048_576;
+
+  @IntRange('LARGE_BODY_CONCURRENCY', 1, 10_000)
+  LARGE_BODY_CONCURRENCY = 4;
+
+  @IntRange('HTTP_REQUEST_TIMEOUT_MS', 1000, 3_600_000)
+  HTTP_REQUEST_TIMEOUT_MS = 30_000;
+
+  @IntRange('HTTP_HEADERS_TIMEOUT_MS', 1000, 3_600_000)
+  HTTP_HEADERS_TIMEOUT_MS = 10_000;
+
+  @IntRange('HTTP_KEEP_ALIVE_TIMEOUT_MS', 100, 3_600_000)
+  HTTP_KEEP_ALIVE_TIMEOUT_MS = 5000;
+
+  @IntRange('SSE_MAX_BUFFER_BYTES', 4096, 1_073_741_824)
+  SSE_MAX_BUFFER_BYTES = 4_194_304;
+
+  @IntRange('SSE_SEND_TIMEOUT_MS', 100, 3_600_000)
+  SSE_SEND_TIMEOUT_MS = 10_000;
+
+  @IntRange('SSE_MAX_STREAMS_PER_KEY', 1, 1_000_000)
+  SSE_MAX_STREAMS_PER_KEY = 50;
+
+  @IntRange('SSE_MAX_STREAMS_PER_TENANT', 1, 1_000_000)
+  SSE_MAX_STREAMS_PER_TENANT = 200;
+
+  @IntRange('REJECTION_MARKER_WINDOW_MS', 100, 86_400_000)
+  REJECTION_MARKER_WINDOW_MS = 60_000;
 
   @IsOptional()
   @Matches(/^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$/, {
@@ -196,7 +273,24 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'RATE_LIMIT_WINDOW_MS',
   'RATE_LIMIT_CALLS',
   'RATE_LIMIT_COSTLY',
-  'SSE_MAX_BUFFER',
+  'RATE_LIMIT_SERVICE_CALLS',
+  'RATE_LIMIT_SERVICE_COSTLY',
+  'RUNLEDGER_ENV',
+  'NODE_ENV',
+  'SSE_MAX_BUFFER_BYTES',
+  'SSE_SEND_TIMEOUT_MS',
+  'SSE_MAX_STREAMS_PER_KEY',
+  'SSE_MAX_STREAMS_PER_TENANT',
+  'SMALL_BODY_MAX_BYTES',
+  'JSON_MAX_KEYS',
+  'JSON_MAX_OBJECT_KEYS',
+  'JSON_MAX_ITEMS',
+  'LARGE_BODY_BYTES',
+  'LARGE_BODY_CONCURRENCY',
+  'HTTP_REQUEST_TIMEOUT_MS',
+  'HTTP_HEADERS_TIMEOUT_MS',
+  'HTTP_KEEP_ALIVE_TIMEOUT_MS',
+  'REJECTION_MARKER_WINDOW_MS',
   'SSE_HEARTBEAT_MS',
   'KAFKA_BROKERS',
   'KAFKA_TOPIC',
@@ -209,13 +303,21 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'MIRROR_PORT',
 ];
 
-export type Scope = 'append' | 'read' | 'admin';
-export const SCOPES: readonly Scope[] = ['append', 'read', 'admin'];
+/**
+ * `append` records a run's events (the agent runtime); `read` reads runs and threads;
+ * `admin` operates the mirror; `approve` decides on tool calls (resolve, answer), so a
+ * runtime that records a call cannot also approve it; `act-as` marks a trusted gateway that
+ * names the acting user in X-Runledger-User.
+ */
+export type Scope = 'append' | 'read' | 'admin' | 'approve' | 'act-as';
+export const SCOPES: readonly Scope[] = ['append', 'read', 'admin', 'approve', 'act-as'];
 
 export interface ApiKey {
   key: string;
   tenantId: string;
   scopes: ReadonlySet<Scope>;
+  /** The user this key is (`key=tenant:scopes:user`); absent for a key that acts as itself. */
+  principal?: string;
 }
 
 export interface AppConfig {
@@ -240,14 +342,46 @@ export interface AppConfig {
   logLevel: EnvironmentSchema['LOG_LEVEL'];
   /**
    * Each user's budgets in a sliding window: `calls` calls, of which at most `costly` are
-   * costly ones (a costly call counts against both).
+   * costly ones (a costly call counts against both). `service`: the budgets of a key that
+   * acts as itself, naming no user.
    */
-  rateLimit: { windowMs: number; calls: number; costly: number };
+  rateLimit: {
+    windowMs: number;
+    calls: number;
+    costly: number;
+    service: { calls: number; costly: number };
+  };
+  /** NODE_ENV or RUNLEDGER_ENV is production: keys and RECEIPT_SECRET must be configured. */
+  production: boolean;
   /**
-   * Server-Sent Events: most events queued for a client whose socket is not draining before
-   * it is sent `overflow` and closed, and how often an idle stream gets a heartbeat comment.
+   * Body limit of every route that does not need the append scope (bodyMaxBytes is append's);
+   * never above bodyMaxBytes.
    */
-  sse: { maxBuffer: number; heartbeatMs: number };
+  smallBodyMaxBytes: number;
+  /**
+   * What a JSON body may hold, checked while it streams in, before it is parsed: object
+   * members in all (`maxKeys`), in one object (`maxObjectKeys`), and values in all (`maxItems`:
+   * array elements and object members). Nesting is capped at the domain's MAX_JSON_DEPTH.
+   */
+  json: { maxKeys: number; maxObjectKeys: number; maxItems: number };
+  /** Bodies above `thresholdBytes` are large: at most `concurrency` are read at once (503 beyond). */
+  largeBodies: { thresholdBytes: number; concurrency: number };
+  /** node:http timeouts: a whole request, its headers, an idle keep-alive connection. */
+  http: { requestTimeoutMs: number; headersTimeoutMs: number; keepAliveTimeoutMs: number };
+  /**
+   * Server-Sent Events: bytes waiting for a client whose socket is not draining, and how long
+   * a write may wait for it, before the client is sent `overflow` and closed; streams open at
+   * once per API key and per tenant (429 beyond); the idle heartbeat.
+   */
+  sse: {
+    maxBufferBytes: number;
+    sendTimeoutMs: number;
+    maxStreamsPerKey: number;
+    maxStreamsPerTenant: number;
+    heartbeatMs: number;
+  };
+  /** Refused oversize appends of one key to one run share one `append.rejected` per window. */
+  rejectionMarkerWindowMs: number;
   /**
    * The Kafka mirror. `brokers` undefined: publishing is off (the api says so at start-up;
    * `npm run start:mirror` refuses to start). `port`: HTTP of the standalone mirror service.
@@ -275,13 +409,18 @@ export class ConfigError extends Error {
 
 const TENANT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
+/** Longest user name, in characters, whether configured or named by a gateway. */
+export const USER_NAME_MAX = 128;
+
 /**
- * `key1=tenantA:append,read;key2=tenantB:read,admin`. Short keys are accepted (test set-ups
- * use them) and warned about at start-up: see `shortKeyWarning`.
+ * `key1=tenantA:append,read;key2=tenantB:read,approve:ana`: each entry is a key, its tenant,
+ * its scopes and optionally the user the key is (percent-encoded UTF-8, so `%C5%81ukasz` is
+ * Łukasz). Short keys are accepted (test set-ups use them) and warned about at start-up:
+ * see `shortKeyWarning`.
  */
 export function parseApiKeys(text: string): ApiKey[] {
   const rule =
-    'RUNLEDGER_API_KEYS must look like key1=tenantA:append,read;key2=tenantB:read,admin (keys without spaces or "=", scopes among append, read, admin)';
+    'RUNLEDGER_API_KEYS must look like key1=tenantA:append,read;key2=tenantB:read,approve:user (keys without spaces or "=", scopes among append, read, admin, approve, act-as, an optional percent-encoded user)';
   const entries = text
     .split(';')
     .map((entry) => entry.trim())
@@ -289,9 +428,9 @@ export function parseApiKeys(text: string): ApiKey[] {
   if (entries.length === 0) throw new ConfigError([`${rule}: no key given`]);
   const seen = new Set<string>();
   return entries.map((entry, i) => {
-    const match = /^([^=\s]+)=([^:\s]+):([a-z,]+)$/.exec(entry);
+    const match = /^([^=\s]+)=([^:\s]+):([a-z,-]+)(?::([^:\s]+))?$/.exec(entry);
     if (!match) throw new ConfigError([`${rule}: entry ${i + 1} is malformed`]);
-    const [, key, tenantId, scopeList] = match;
+    const [, key, tenantId, scopeList, encodedUser] = match;
     if (!TENANT_PATTERN.test(tenantId))
       throw new ConfigError([`${rule}: entry ${i + 1} has an invalid tenant`]);
     const scopes = scopeList.split(',');
@@ -300,8 +439,63 @@ export function parseApiKeys(text: string): ApiKey[] {
       throw new ConfigError([`${rule}: entry ${i + 1} has unknown scopes ${unknown.join(',')}`]);
     if (seen.has(key)) throw new ConfigError([`${rule}: entry ${i + 1} repeats a key`]);
     seen.add(key);
-    return { key, tenantId, scopes: new Set(scopes as Scope[]) };
+    const principal = encodedUser === undefined ? undefined : decodeUser(encodedUser);
+    if (principal === null)
+      throw new ConfigError([`${rule}: entry ${i + 1} has a user that is not ${USER_NAME_RULE}`]);
+    return {
+      key,
+      tenantId,
+      scopes: new Set(scopes as Scope[]),
+      ...(principal === undefined ? {} : { principal }),
+    };
   });
+}
+
+export const USER_NAME_RULE = `percent-encoded UTF-8 of 1 to ${USER_NAME_MAX} printable characters, not starting with "key:"`;
+
+/**
+ * A user name from its percent-encoded UTF-8, or null when it is not one: undecodable,
+ * blank, too long, holding control characters, or spelled like a key's own identity
+ * (`key:<id>`, what a call naming no user is recorded as).
+ */
+export function decodeUser(encoded: string): string | null {
+  let name: string;
+  try {
+    // Surrounding spaces name no one else: ' ana ' is ana.
+    name = decodeURIComponent(encoded).trim();
+  } catch {
+    return null;
+  }
+  const printable = [...name].every((c) => {
+    const code = c.codePointAt(0)!;
+    return code >= 0x20 && !(code >= 0x7f && code <= 0x9f);
+  });
+  if (name === '' || [...name].length > USER_NAME_MAX || !printable) return null;
+  return name.startsWith('key:') ? null : name;
+}
+
+/** Limits that only make sense in relation to another one. */
+function limitOrderProblems(parsed: EnvironmentSchema): string[] {
+  const rules: [boolean, string][] = [
+    [
+      parsed.JSON_MAX_OBJECT_KEYS <= parsed.JSON_MAX_KEYS,
+      'JSON_MAX_OBJECT_KEYS must be at most JSON_MAX_KEYS',
+    ],
+    [
+      parsed.HTTP_HEADERS_TIMEOUT_MS <= parsed.HTTP_REQUEST_TIMEOUT_MS,
+      'HTTP_HEADERS_TIMEOUT_MS must be at most HTTP_REQUEST_TIMEOUT_MS',
+    ],
+    [
+      // A budget smaller than one event's frame would overflow every briefly slow client.
+      parsed.SSE_MAX_BUFFER_BYTES >= 2 * parsed.EVENT_MAX_BYTES,
+      'SSE_MAX_BUFFER_BYTES must be at least twice EVENT_MAX_BYTES',
+    ],
+    [
+      parsed.SSE_MAX_STREAMS_PER_KEY <= parsed.SSE_MAX_STREAMS_PER_TENANT,
+      'SSE_MAX_STREAMS_PER_KEY must be at most SSE_MAX_STREAMS_PER_TENANT',
+    ],
+  ];
+  return rules.filter(([ok]) => !ok).map(([, problem]) => problem);
 }
 
 /** Reads and validates the environment; throws ConfigError naming every bad variable. */
@@ -323,6 +517,22 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
   if (problems.length === 0 && parsed.RATE_LIMIT_COSTLY > parsed.RATE_LIMIT_CALLS) {
     problems.push('RATE_LIMIT_COSTLY must be an integer of at least 1, at most RATE_LIMIT_CALLS');
   }
+  const serviceCalls = parsed.RATE_LIMIT_SERVICE_CALLS ?? parsed.RATE_LIMIT_CALLS;
+  const serviceCostly = parsed.RATE_LIMIT_SERVICE_COSTLY ?? parsed.RATE_LIMIT_COSTLY;
+  if (problems.length === 0 && serviceCostly > serviceCalls) {
+    problems.push(
+      'RATE_LIMIT_SERVICE_COSTLY must be an integer of at least 1, at most RATE_LIMIT_SERVICE_CALLS',
+    );
+  }
+  const production = parsed.NODE_ENV === 'production' || parsed.RUNLEDGER_ENV === 'production';
+  if (problems.length === 0 && production) {
+    // A forgotten variable must not become an all-scope development key on a public port.
+    if (parsed.RUNLEDGER_API_KEYS === undefined)
+      problems.push('RUNLEDGER_API_KEYS is required in production (NODE_ENV or RUNLEDGER_ENV)');
+    if (parsed.RECEIPT_SECRET === undefined)
+      problems.push('RECEIPT_SECRET is required in production (NODE_ENV or RUNLEDGER_ENV)');
+  }
+  if (problems.length === 0) problems.push(...limitOrderProblems(parsed));
   if (
     problems.length === 0 &&
     parsed.EVENTSTORE_URL !== undefined &&
@@ -354,8 +564,33 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
       windowMs: parsed.RATE_LIMIT_WINDOW_MS,
       calls: parsed.RATE_LIMIT_CALLS,
       costly: parsed.RATE_LIMIT_COSTLY,
+      service: { calls: serviceCalls, costly: serviceCostly },
     },
-    sse: { maxBuffer: parsed.SSE_MAX_BUFFER, heartbeatMs: parsed.SSE_HEARTBEAT_MS },
+    production,
+    // Never above the append limit: lowering BODY_MAX_BYTES lowers both.
+    smallBodyMaxBytes: Math.min(parsed.SMALL_BODY_MAX_BYTES, parsed.BODY_MAX_BYTES),
+    json: {
+      maxKeys: parsed.JSON_MAX_KEYS,
+      maxObjectKeys: parsed.JSON_MAX_OBJECT_KEYS,
+      maxItems: parsed.JSON_MAX_ITEMS,
+    },
+    largeBodies: {
+      thresholdBytes: Math.min(parsed.LARGE_BODY_BYTES, parsed.BODY_MAX_BYTES),
+      concurrency: parsed.LARGE_BODY_CONCURRENCY,
+    },
+    http: {
+      requestTimeoutMs: parsed.HTTP_REQUEST_TIMEOUT_MS,
+      headersTimeoutMs: parsed.HTTP_HEADERS_TIMEOUT_MS,
+      keepAliveTimeoutMs: parsed.HTTP_KEEP_ALIVE_TIMEOUT_MS,
+    },
+    sse: {
+      maxBufferBytes: parsed.SSE_MAX_BUFFER_BYTES,
+      sendTimeoutMs: parsed.SSE_SEND_TIMEOUT_MS,
+      maxStreamsPerKey: parsed.SSE_MAX_STREAMS_PER_KEY,
+      maxStreamsPerTenant: parsed.SSE_MAX_STREAMS_PER_TENANT,
+      heartbeatMs: parsed.SSE_HEARTBEAT_MS,
+    },
+    rejectionMarkerWindowMs: parsed.REJECTION_MARKER_WINDOW_MS,
     mirror: {
       brokers: parsed.KAFKA_BROKERS?.split(','),
       topic: parsed.KAFKA_TOPIC,

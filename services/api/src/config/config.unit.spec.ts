@@ -28,8 +28,20 @@ describe('configuration', () => {
       receiptTtlSeconds: 300,
       maxEventsPerAppend: 1000,
       logLevel: 'log',
-      rateLimit: { windowMs: 10_000, calls: 30, costly: 6 },
-      sse: { maxBuffer: 1000, heartbeatMs: 15_000 },
+      rateLimit: { windowMs: 10_000, calls: 30, costly: 6, service: { calls: 30, costly: 6 } },
+      production: false,
+      smallBodyMaxBytes: 65_536,
+      json: { maxKeys: 100_000, maxObjectKeys: 10_000, maxItems: 1_000_000 },
+      largeBodies: { thresholdBytes: 1_048_576, concurrency: 4 },
+      http: { requestTimeoutMs: 30_000, headersTimeoutMs: 10_000, keepAliveTimeoutMs: 5000 },
+      sse: {
+        maxBufferBytes: 4_194_304,
+        sendTimeoutMs: 10_000,
+        maxStreamsPerKey: 50,
+        maxStreamsPerTenant: 200,
+        heartbeatMs: 15_000,
+      },
+      rejectionMarkerWindowMs: 60_000,
       mirror: {
         brokers: undefined,
         topic: 'runledger.run-events',
@@ -59,7 +71,20 @@ describe('configuration', () => {
       RATE_LIMIT_WINDOW_MS: '60000',
       RATE_LIMIT_CALLS: '100',
       RATE_LIMIT_COSTLY: '10',
-      SSE_MAX_BUFFER: '50',
+      SSE_MAX_BUFFER_BYTES: '65536',
+      SSE_SEND_TIMEOUT_MS: '2000',
+      SSE_MAX_STREAMS_PER_KEY: '3',
+      SSE_MAX_STREAMS_PER_TENANT: '7',
+      SMALL_BODY_MAX_BYTES: '2048',
+      JSON_MAX_KEYS: '500',
+      JSON_MAX_OBJECT_KEYS: '50',
+      JSON_MAX_ITEMS: '900',
+      LARGE_BODY_BYTES: '4096',
+      LARGE_BODY_CONCURRENCY: '2',
+      HTTP_REQUEST_TIMEOUT_MS: '5000',
+      HTTP_HEADERS_TIMEOUT_MS: '2000',
+      HTTP_KEEP_ALIVE_TIMEOUT_MS: '1000',
+      REJECTION_MARKER_WINDOW_MS: '1500',
       SSE_HEARTBEAT_MS: '500',
       KAFKA_BROKERS: 'kafka-1:9092,10.0.0.2:9093',
       KAFKA_TOPIC: 'audit.run-events',
@@ -82,7 +107,18 @@ describe('configuration', () => {
       maxEventsPerAppend: 10,
       logLevel: 'debug',
       rateLimit: { windowMs: 60_000, calls: 100, costly: 10 },
-      sse: { maxBuffer: 50, heartbeatMs: 500 },
+      smallBodyMaxBytes: 2048,
+      json: { maxKeys: 500, maxObjectKeys: 50, maxItems: 900 },
+      largeBodies: { thresholdBytes: 4096, concurrency: 2 },
+      http: { requestTimeoutMs: 5000, headersTimeoutMs: 2000, keepAliveTimeoutMs: 1000 },
+      sse: {
+        maxBufferBytes: 65_536,
+        sendTimeoutMs: 2000,
+        maxStreamsPerKey: 3,
+        maxStreamsPerTenant: 7,
+        heartbeatMs: 500,
+      },
+      rejectionMarkerWindowMs: 1500,
       mirror: {
         brokers: ['kafka-1:9092', '10.0.0.2:9093'],
         topic: 'audit.run-events',
@@ -117,7 +153,22 @@ describe('configuration', () => {
     ['RATE_LIMIT_CALLS', '100001'],
     ['RATE_LIMIT_COSTLY', '0'],
     ['RATE_LIMIT_COSTLY', '31'],
-    ['SSE_MAX_BUFFER', '0'],
+    ['SSE_MAX_BUFFER_BYTES', '1000'],
+    ['SSE_MAX_BUFFER_BYTES', '1048576'],
+    ['SSE_SEND_TIMEOUT_MS', '99'],
+    ['SSE_MAX_STREAMS_PER_KEY', '0'],
+    ['SSE_MAX_STREAMS_PER_KEY', '201'],
+    ['SSE_MAX_STREAMS_PER_TENANT', 'many'],
+    ['SMALL_BODY_MAX_BYTES', '1023'],
+    ['JSON_MAX_KEYS', '0'],
+    ['JSON_MAX_OBJECT_KEYS', '100001'],
+    ['JSON_MAX_ITEMS', '1e6'],
+    ['LARGE_BODY_BYTES', '10'],
+    ['LARGE_BODY_CONCURRENCY', '0'],
+    ['HTTP_REQUEST_TIMEOUT_MS', '999'],
+    ['HTTP_HEADERS_TIMEOUT_MS', '30001'],
+    ['HTTP_KEEP_ALIVE_TIMEOUT_MS', '99'],
+    ['REJECTION_MARKER_WINDOW_MS', '50'],
     ['SSE_HEARTBEAT_MS', '5'],
     ['KAFKA_BROKERS', 'localhost'],
     ['KAFKA_BROKERS', 'a:1, b:2'],
@@ -142,6 +193,37 @@ describe('configuration', () => {
     ]);
   });
 
+  it('gives keys acting as themselves budgets of their own when set', () => {
+    expect(
+      loadConfig({ RATE_LIMIT_SERVICE_CALLS: '600', RATE_LIMIT_SERVICE_COSTLY: '120' }).rateLimit,
+    ).toEqual({ windowMs: 10_000, calls: 30, costly: 6, service: { calls: 600, costly: 120 } });
+    expect(problemsOf({ RATE_LIMIT_SERVICE_CALLS: '5' })).toEqual([
+      'RATE_LIMIT_SERVICE_COSTLY must be an integer of at least 1, at most RATE_LIMIT_SERVICE_CALLS',
+    ]);
+  });
+
+  it.each<Record<string, string>>([{ NODE_ENV: 'production' }, { RUNLEDGER_ENV: 'production' }])(
+    'in production (%p) refuses to start without keys and without RECEIPT_SECRET, naming each',
+    (env) => {
+      expect(problemsOf(env)).toEqual([
+        'RUNLEDGER_API_KEYS is required in production (NODE_ENV or RUNLEDGER_ENV)',
+        'RECEIPT_SECRET is required in production (NODE_ENV or RUNLEDGER_ENV)',
+      ]);
+      const configured = loadConfig({
+        ...env,
+        RUNLEDGER_API_KEYS: 'key-aaaaaaaaaaaaaaaa=tenantA:read',
+        RECEIPT_SECRET: 's'.repeat(32),
+      });
+      expect(configured.production).toBe(true);
+    },
+  );
+
+  it('keeps the small body limit and the large-body threshold at or below BODY_MAX_BYTES', () => {
+    const config = loadConfig({ BODY_MAX_BYTES: '8192', EVENT_MAX_BYTES: '4096' });
+    expect(config.smallBodyMaxBytes).toBe(8192);
+    expect(config.largeBodies.thresholdBytes).toBe(8192);
+  });
+
   it('reports every bad variable at once', () => {
     expect(problemsOf({ PORT: 'x', LOG_LEVEL: 'y' })).toHaveLength(2);
   });
@@ -155,6 +237,17 @@ describe('RUNLEDGER_API_KEYS', () => {
     expect(keys.map((k) => [k.key, k.tenantId, [...k.scopes]])).toEqual([
       ['key-aaaaaaaaaaaaaaaa', 'tenantA', ['append', 'read']],
       ['key-bbbbbbbbbbbbbbbb', 'tenantB', ['read', 'admin']],
+    ]);
+  });
+
+  it('parses the user a key is, percent-encoded, and the approve and act-as scopes', () => {
+    const keys = parseApiKeys(
+      'k-ana-aaaaaaaaaaaaaa=acme:read,approve:Ana%20Lima;k-l-aaaaaaaaaaaaaaaa=acme:read:%C5%81ukasz%3A1;k-gw-aaaaaaaaaaaaaaa=acme:read,approve,act-as',
+    );
+    expect(keys.map((k) => [k.tenantId, [...k.scopes], k.principal])).toEqual([
+      ['acme', ['read', 'approve'], 'Ana Lima'],
+      ['acme', ['read'], 'Łukasz:1'],
+      ['acme', ['read', 'approve', 'act-as'], undefined],
     ]);
   });
 
@@ -180,6 +273,9 @@ describe('RUNLEDGER_API_KEYS', () => {
     ['key-aaaaaaaaaaaaaaaa=tenantA:read,write', /unknown scopes write/],
     ['key-aaaaaaaaaaaaaaaa=a:read;key-aaaaaaaaaaaaaaaa=b:read', /entry 2 repeats a key/],
     [';', /no key given/],
+    ['key-aaaaaaaaaaaaaaaa=tenantA:read:%E0%A4', /entry 1 has a user that is not/],
+    ['key-aaaaaaaaaaaaaaaa=tenantA:read:key:x', /entry 1 is malformed/],
+    ['key-aaaaaaaaaaaaaaaa=tenantA:read:key%3Ax', /entry 1 has a user that is not/],
   ])('refuses %s', (text, rule) => {
     expect(() => parseApiKeys(text)).toThrow(rule);
     expect(() => loadConfig({ RUNLEDGER_API_KEYS: text })).toThrow(/RUNLEDGER_API_KEYS/);

@@ -1,18 +1,33 @@
 /**
  * The one error shape every route answers: `{ error, message, details? }` with a stable
- * machine-readable `error` code and a status from ../shared/DESIGN.md. A few refusals carry
- * more top-level fields that their contract names (the 413 of an oversize model call).
+ * machine-readable `error` code and a status from DESIGN.md. A few refusals carry more
+ * top-level fields that their contract names (the 413 of an oversize model call).
+ *
+ * An error body stays small whatever the input: a list of problems keeps its first
+ * MAX_PROBLEMS, and `problemCount` says how many there were.
  */
+export const MAX_PROBLEMS = 100;
+
 export class ApiError extends Error {
+  readonly details?: unknown;
+  readonly fields: Record<string, unknown>;
+
   constructor(
     readonly status: number,
     readonly error: string,
     message: string,
-    readonly details?: unknown,
-    readonly fields: Record<string, unknown> = {},
+    details?: unknown,
+    fields: Record<string, unknown> = {},
   ) {
-    super(message);
+    const capped = Array.isArray(details) && details.length > MAX_PROBLEMS;
+    super(
+      capped
+        ? `${message} (the first ${MAX_PROBLEMS} of ${details.length} problems are listed)`
+        : message,
+    );
     this.name = 'ApiError';
+    this.details = capped ? details.slice(0, MAX_PROBLEMS) : details;
+    this.fields = capped ? { ...fields, problemCount: details.length } : fields;
   }
 
   body(): Record<string, unknown> {

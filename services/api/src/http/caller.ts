@@ -1,9 +1,8 @@
 /**
- * Who is calling a client-surface route: the tenant of the key and the acting user as the
- * rest of the API derives it (`u:<name>` from X-Runledger-User, else `k:<key id>`).
+ * Who is calling a client-surface route: the tenant of the key and the acting user the
+ * AccessGuard resolved (`actorOf`): a user's name, or `key:<key id>` for a key acting as itself.
  */
 import type { FastifyRequest } from 'fastify';
-import { actingUser, USER_HEADER } from '../auth/acting-user';
 
 export interface ClientCaller {
   tenantId: string;
@@ -12,11 +11,8 @@ export interface ClientCaller {
 
 /** For routes behind the AccessGuard, which has set the principal. */
 export function clientCaller(request: FastifyRequest): ClientCaller {
-  const principal = request.principal;
-  if (!principal)
+  const { principal, actor } = request;
+  if (!principal || !actor)
     throw new Error('clientCaller used on a route the AccessGuard did not authenticate');
-  return {
-    tenantId: principal.tenantId,
-    user: actingUser(principal, request.headers[USER_HEADER]),
-  };
+  return { tenantId: principal.tenantId, user: actor.name };
 }

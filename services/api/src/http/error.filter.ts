@@ -8,6 +8,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Metrics } from '@runledger/observability';
 import { BodyRejections } from '../runs/body-rejections';
 import { ApiError } from './api-error';
+import { refusalToApiError } from './refusals';
+import { lingerUnread } from './request-guards';
 
 const STATUS_CODES: Record<number, string> = {
   // Fastify's JSON parser is the only source of a bare 400: every other 400 is an ApiError.
@@ -27,6 +29,8 @@ const STATUS_CODES: Record<number, string> = {
 
 export function toApiError(error: unknown): ApiError | null {
   if (error instanceof ApiError) return error;
+  const refusal = refusalToApiError(error);
+  if (refusal) return refusal;
   if (error instanceof HttpException) {
     const status = error.getStatus();
     return new ApiError(status, STATUS_CODES[status] ?? 'error', error.message);
@@ -62,6 +66,12 @@ export class ErrorFilter implements ExceptionFilter {
         .catch((cause: unknown) => this.logUnexpected(request, cause));
     }
     this.metrics.rejections.inc({ reason: apiError.error });
+    // Refused before its body was read: the rest is discarded for a while, then cut off.
+    lingerUnread(request, reply);
+    // Every "not now" says when to try again; the rate limiter sets its own.
+    if ((apiError.status === 429 || apiError.status === 503) && !reply.hasHeader('Retry-After')) {
+      void reply.header('Retry-After', 1);
+    }
     void reply.status(apiError.status).send(apiError.body());
   }
 

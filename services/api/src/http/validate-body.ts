@@ -4,7 +4,13 @@
  */
 import type { ClassConstructor } from 'class-transformer';
 import { validateSync, type ValidationError } from 'class-validator';
-import { isPlainObject, jsonValueProblems, shallowInstance, type Problem } from '@runledger/domain';
+import {
+  excessKeyProblems,
+  isPlainObject,
+  jsonValueProblems,
+  shallowInstance,
+  type Problem,
+} from '@runledger/domain';
 import { ApiError } from './api-error';
 
 function problemsOf(errors: ValidationError[], prefix = ''): Problem[] {
@@ -33,6 +39,7 @@ export function validateBody<T extends object>(schema: ClassConstructor<T>, body
       shape.push({ field: key, rule: 'whitelistValidation', message: `${key} is not allowed` });
     }
   }
+  for (const problem of excessKeyProblems(schema, body, 'body')) shape.push(problem);
   if (shape.length > 0)
     throw new ApiError(400, 'validation_failed', 'the request is invalid', shape);
   const instance = shallowInstance(schema, body);

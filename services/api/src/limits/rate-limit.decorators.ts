@@ -15,13 +15,15 @@ export type RateLimitRule = CallCost | ((request: FastifyRequest) => CallCost | 
 export const RateLimited = (rule: RateLimitRule) => SetMetadata(RATE_LIMIT_KEY, rule);
 
 /**
- * The append route is the agent runtime's firehose and is not limited, except a batch that
- * starts a run: that starts work, so it is costly.
+ * The append route is the agent runtime's own log and is not limited (its run.started
+ * included). A batch a user starts a turn with, through a gateway or with a user's key, is
+ * the client surface starting real work: costly.
  */
-export const costlyIfRunStarted = (request: FastifyRequest): CallCost | null => {
+export const costlyIfUserStartsTurn = (request: FastifyRequest): CallCost | null => {
   const body: unknown = request.body;
+  if (request.actor?.kind !== 'user') return null;
   if (!isPlainObject(body) || !Array.isArray(body.events)) return null;
-  return body.events.some((event) => isPlainObject(event) && event.type === 'run.started')
+  return body.events.some((event) => isPlainObject(event) && event.type === 'turn.started')
     ? 'costly'
     : null;
 };

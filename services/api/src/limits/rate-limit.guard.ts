@@ -1,9 +1,10 @@
 /**
- * Spends the caller's budgets on the routes marked @RateLimited; refuses with 429 and
- * Retry-After when a budget is spent. Runs after the AccessGuard (registered after it), so a
- * call refused 401/403 spends nothing. A user is the tenant plus X-Runledger-User, or, without
- * that header, the tenant plus the API key: keyed on who calls, not on a session, so a new
- * session does not arrive with a fresh budget.
+ * Spends the caller's budgets on the routes marked @RateLimited (the client surface);
+ * refuses with 429 and Retry-After when a budget is spent. Runs after the AccessGuard
+ * (registered after it), so a call refused 401/403 spends nothing. Budgets are keyed on the
+ * tenant and the acting user the AccessGuard resolved (a key's own user, or the one a
+ * trusted gateway names), not on a session, so a new session does not arrive with a fresh
+ * budget; a key acting as itself spends the service budgets (RATE_LIMIT_SERVICE_*).
  */
 import {
   Inject,
@@ -14,8 +15,7 @@ import {
 } from '@nestjs/common';
 import { APP_GUARD, Reflector } from '@nestjs/core';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { actingUser, USER_HEADER } from '../auth/acting-user';
-import type { Principal } from '../auth/principal';
+import type { Actor } from '../auth/principal';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
 import { RATE_LIMIT_KEY, type RateLimitRule } from './rate-limit.decorators';
@@ -29,16 +29,24 @@ export class RateLimitClock {
   }
 }
 
-/** Who spends the budget: the tenant and the acting user (`u:<name>` or `k:<key id>`). */
-export function budgetKey(principal: Principal, header: string | string[] | undefined): string {
-  return `${principal.tenantId}:${actingUser(principal, header)}`;
+/** Who spends the budget: the tenant and the acting user (a name, or `key:<key id>`). */
+export function budgetKey(tenantId: string, actor: Actor): string {
+  return JSON.stringify([tenantId, actor.name]);
+}
+
+/** One limiter per kind of caller: users and keys acting as themselves have budgets of their own. */
+export class RateLimiters {
+  constructor(
+    readonly user: SlidingWindowLimiter,
+    readonly service: SlidingWindowLimiter,
+  ) {}
 }
 
 @Injectable()
 export class RateLimitGuard implements CanActivate {
   constructor(
     private readonly reflector: Reflector,
-    private readonly limiter: SlidingWindowLimiter,
+    private readonly limiters: RateLimiters,
     @Inject(APP_CONFIG) private readonly config: AppConfig,
   ) {}
 
@@ -51,17 +59,18 @@ export class RateLimitGuard implements CanActivate {
     const request = context.switchToHttp().getRequest<FastifyRequest>();
     const cost = typeof rule === 'function' ? rule(request) : rule;
     if (cost === null) return true;
-    const principal = request.principal;
-    if (!principal) throw new Error('a rate-limited route must require a scope (AccessGuard)');
+    const { principal, actor } = request;
+    if (!principal || !actor)
+      throw new Error('a rate-limited route must require a scope (AccessGuard)');
 
-    const decision = this.limiter.take(budgetKey(principal, request.headers[USER_HEADER]), cost);
+    const decision = this.limiters[actor.kind].take(budgetKey(principal.tenantId, actor), cost);
     if (decision.allowed) return true;
     const retryAfterSeconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
     context.switchToHttp().getResponse<FastifyReply>().header('Retry-After', retryAfterSeconds);
     const window = `${this.config.rateLimit.windowMs / 1000} s`;
     const what =
       decision.budget === 'costly'
-        ? `${decision.limit} costly calls (steer, stop, resolve, answer, consume, run.started)`
+        ? `${decision.limit} costly calls (steer, stop, resolve, answer, consume, a user's turn.started)`
         : `${decision.limit} calls`;
     throw new ApiError(
       429,
@@ -76,10 +85,15 @@ export class RateLimitGuard implements CanActivate {
 export const RATE_LIMIT_PROVIDERS: Provider[] = [
   RateLimitClock,
   {
-    provide: SlidingWindowLimiter,
+    provide: RateLimiters,
     inject: [APP_CONFIG, RateLimitClock],
-    useFactory: (config: AppConfig, clock: RateLimitClock) =>
-      new SlidingWindowLimiter(config.rateLimit, () => clock.now()),
+    useFactory: ({ rateLimit }: AppConfig, clock: RateLimitClock) =>
+      new RateLimiters(
+        new SlidingWindowLimiter(rateLimit, () => clock.now()),
+        new SlidingWindowLimiter({ windowMs: rateLimit.windowMs, ...rateLimit.service }, () =>
+          clock.now(),
+        ),
+      ),
   },
   { provide: APP_GUARD, useClass: RateLimitGuard },
 ];

@@ -1,6 +1,8 @@
 /**
  * Rate limits through the started app, with the limiter's clock held still and moved by hand:
- * 30 calls, 6 of them costly, per user in a sliding 10 s window.
+ * 30 calls, 6 of them costly, per user in a sliding 10 s window, on the client surface only.
+ * Users are named by a trusted gateway key (act-as); a key naming no user spends its own
+ * (service) budget.
  */
 import { randomUUID } from 'node:crypto';
 import type { Response } from 'supertest';
@@ -14,6 +16,8 @@ beforeAll(async () => {
     RATE_LIMIT_WINDOW_MS: '10000',
     RATE_LIMIT_CALLS: '30',
     RATE_LIMIT_COSTLY: '6',
+    RATE_LIMIT_SERVICE_CALLS: '30',
+    RATE_LIMIT_SERVICE_COSTLY: '6',
   });
   jest.spyOn(t.app.get(RateLimitClock), 'now').mockImplementation(() => now);
 });
@@ -27,14 +31,16 @@ beforeEach(() => {
 
 const USER = 'X-Runledger-User';
 
+/** The gateway's key names the user (percent-encoded); without a user, the key acts as itself. */
 function withUser<T extends { set(name: string, value: string): T }>(req: T, user?: string): T {
-  return user === undefined ? req : req.set(USER, user);
+  return user === undefined ? req : req.set(USER, encodeURIComponent(user));
 }
+const keyFor = (user?: string) => (user === undefined ? KEYS.tenantA : KEYS.gatewayA);
 
-const listThreads = (user?: string, key = KEYS.tenantA) =>
+const listThreads = (user?: string, key = keyFor(user)) =>
   withUser(t.http().get('/v1/threads').set(t.auth(key)), user);
 
-const append = (runId: string, events: object[], user?: string, key = KEYS.tenantA) =>
+const append = (runId: string, events: object[], user?: string, key = keyFor(user)) =>
   withUser(t.http().post(`/v1/runs/${runId}/events`).set(t.auth(key)), user).send({ events });
 
 const started = () => ({
@@ -45,8 +51,15 @@ const message = (text: string) => ({
   type: 'message.added',
   data: { messageId: randomUUID(), role: 'user', text },
 });
-const startRun = (user?: string, key = KEYS.tenantA) =>
+const startRun = (user?: string, key = keyFor(user)) =>
   append(`run-${randomUUID()}`, [started()], user, key);
+const turn = () => ({ type: 'turn.started', data: { turnId: randomUUID(), source: 'typed' } });
+/** A user starting a turn of a run the runtime started: the client surface starting work. */
+async function startTurn(user: string, key = keyFor(user)): Promise<Response> {
+  const runId = `run-${randomUUID()}`;
+  expect((await append(runId, [started()], undefined, KEYS.runtimeA)).status).toBe(201);
+  return append(runId, [turn()], user, key);
+}
 
 /** The statuses of `n` calls made one after another. */
 async function statuses(n: number, call: () => PromiseLike<Response>): Promise<number[]> {
@@ -90,17 +103,25 @@ describe('rate limits', () => {
     expect(again.slice(29)).toEqual(Array(6).fill(429));
   });
 
-  it('refuses the 7th costly call (a batch starting a run) and creates nothing', async () => {
-    expect(count(await statuses(6, () => startRun('costly')), 201)).toBe(6);
+  it("refuses a user's 7th costly call (a batch starting a turn) and records nothing", async () => {
+    expect(count(await statuses(6, () => startTurn('costly')), 201)).toBe(6);
     now += 2_500;
     const runId = `run-${randomUUID()}`;
-    expectRefused(await append(runId, [started()], 'costly'), 'costly', 8);
+    expect((await append(runId, [started()], undefined, KEYS.runtimeA)).status).toBe(201);
+    expectRefused(await append(runId, [turn()], 'costly'), 'costly', 8);
     const read = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
-    expect(read.status).toBe(404);
+    expect(read.body.events.map((e: { type: string }) => e.type)).toEqual(['run.started']);
     // The costly calls were calls too: 24 plain calls are left.
     const plain = await statuses(25, () => listThreads('costly'));
     expect(count(plain, 200)).toBe(24);
     expect(plain[24]).toBe(429);
+  });
+
+  it('lets a runtime key start 50 runs in 10 s: the log is not the client surface', async () => {
+    const runs = await statuses(50, () => startRun(undefined, KEYS.runtimeA));
+    expect(runs).toEqual(Array(50).fill(201));
+    // Nor did they spend the runtime's own budget for the client surface.
+    expect(count(await statuses(30, () => listThreads(undefined, KEYS.runtimeA)), 200)).toBe(30);
   });
 
   it('does not count other appends, nor run reads', async () => {
@@ -110,15 +131,15 @@ describe('rate limits', () => {
     expect(appends).toEqual(Array(40).fill(201));
     for (const path of ['events', 'replay', 'audit']) {
       const reads = await statuses(12, () =>
-        withUser(t.http().get(`/v1/runs/${runId}/${path}`).set(t.auth()), 'firehose'),
+        withUser(t.http().get(`/v1/runs/${runId}/${path}`).set(t.auth(KEYS.gatewayA)), 'firehose'),
       );
       expect(reads).toEqual(Array(12).fill(200));
     }
     expect((await t.http().get('/health/live')).status).toBe(200);
-    // Only the run.started append counted.
-    const listed = await statuses(30, () => listThreads('firehose'));
-    expect(count(listed, 200)).toBe(29);
-    expect(listed[29]).toBe(429);
+    // Not even the run.started append counted.
+    const listed = await statuses(31, () => listThreads('firehose'));
+    expect(count(listed, 200)).toBe(30);
+    expect(listed[30]).toBe(429);
   });
 
   it('limits every /v1/threads route, not just the list', async () => {
@@ -132,25 +153,28 @@ describe('rate limits', () => {
       `/v1/threads/${threadId}/tool-results/tc-1`,
     ];
     let i = 0;
-    const calls = await statuses(30, () =>
+    const calls = await statuses(31, () =>
       withUser(
         t
           .http()
           .get(paths[i++ % paths.length])
-          .set(t.auth()),
+          .set(t.auth(KEYS.gatewayA)),
         'reader',
       ),
     );
     expect(count(calls, 429)).toBe(1);
-    expect(calls[29]).toBe(429);
+    expect(calls[30]).toBe(429);
   });
 
   it('gives another user of the same tenant (X-Runledger-User) its own budget', async () => {
     expect(count(await statuses(31, () => listThreads()), 200)).toBe(30);
     expect(count(await statuses(31, () => listThreads('alice')), 200)).toBe(30);
     expect((await listThreads('  alice  ')).status).toBe(429); // trimmed: the same user
-    expect(count(await statuses(7, () => startRun('bob')), 201)).toBe(6);
+    expect(count(await statuses(7, () => startTurn('bob')), 201)).toBe(6);
     expect((await listThreads('bob')).status).toBe(200);
+    // Łukasz, percent-encoded, is one user: not 'Łukasz' mangled, not anyone else.
+    expect(count(await statuses(31, () => listThreads('Łukasz')), 200)).toBe(30);
+    expect((await listThreads('Lukasz')).status).toBe(200);
   });
 
   it('gives two keys of one tenant, without the header, a budget each', async () => {
@@ -159,11 +183,25 @@ describe('rate limits', () => {
   });
 
   it('gives another tenant its own budget, even for a user of the same name', async () => {
-    expect(count(await statuses(31, () => listThreads('carol', KEYS.tenantA)), 200)).toBe(30);
-    expect(count(await statuses(7, () => startRun('carol', KEYS.tenantA)), 201)).toBe(0);
-    expect(count(await statuses(31, () => listThreads('carol', KEYS.tenantB)), 200)).toBe(30);
-    now += 10_000;
-    expect(count(await statuses(7, () => startRun('carol', KEYS.tenantB)), 201)).toBe(6);
+    expect(count(await statuses(31, () => listThreads('carol', KEYS.gatewayA)), 200)).toBe(30);
+    expect(count(await statuses(31, () => listThreads('carol', KEYS.gatewayB)), 200)).toBe(30);
+  });
+
+  it('refuses a key without act-as that names a user, 403, spending nothing', async () => {
+    for (const key of [KEYS.tenantA, KEYS.runtimeA, KEYS.anaA]) {
+      const res = await listThreads('mallory', key);
+      expect(res.status).toBe(403);
+      expect(res.body).toMatchObject({
+        error: 'forbidden',
+        message: expect.stringMatching(/act-as/),
+      });
+    }
+    // Rotating the header gets a non-trusted key nothing: every call is refused.
+    const rotated = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => listThreads(`user-${i}`, KEYS.runtimeA)),
+    );
+    expect(rotated.map((r) => r.status)).toEqual(Array(40).fill(403));
+    expect(count(await statuses(31, () => listThreads(undefined, KEYS.runtimeA)), 200)).toBe(30);
   });
 
   it('answers an invalid X-Runledger-User 400 in the API error shape', async () => {
@@ -182,9 +220,9 @@ describe('rate limits', () => {
   it('spends nothing on a call refused 401 or 403', async () => {
     const anonymous = await statuses(5, () => t.http().get('/v1/threads'));
     expect(anonymous).toEqual(Array(5).fill(401));
-    const forbidden = await statuses(10, () => startRun('dave', KEYS.readerA));
+    const forbidden = await statuses(10, () => startRun(undefined, KEYS.readerA));
     expect(forbidden).toEqual(Array(10).fill(403));
-    expect(count(await statuses(31, () => listThreads('dave', KEYS.readerA)), 200)).toBe(30);
+    expect(count(await statuses(31, () => listThreads(undefined, KEYS.readerA)), 200)).toBe(30);
   });
 
   it.each([
@@ -199,7 +237,7 @@ describe('rate limits', () => {
         t
           .http()
           .post(path(`missing-${randomUUID()}`))
-          .set(t.auth()),
+          .set(t.auth(KEYS.gatewayA)),
         `cmd-${name}`,
       ).send({});
     const answers = await statuses(6, call);

@@ -1,5 +1,3 @@
-import { ApiError } from '../http/api-error';
-import { budgetKey } from './rate-limit.guard';
 import { SlidingWindowLimiter, type CallCost, type RateLimitSettings } from './rate-limits';
 
 const SETTINGS: RateLimitSettings = { windowMs: 10_000, calls: 30, costly: 6 };
@@ -130,39 +128,5 @@ describe('SlidingWindowLimiter', () => {
     expect(() => new SlidingWindowLimiter({ ...SETTINGS, costly: 31 }, () => 0)).toThrow();
     expect(() => new SlidingWindowLimiter({ ...SETTINGS, calls: 0 }, () => 0)).toThrow();
     expect(() => new SlidingWindowLimiter({ ...SETTINGS, windowMs: 0 }, () => 0)).toThrow();
-  });
-});
-
-describe('budgetKey', () => {
-  const principal = { tenantId: 'tenant-a', scopes: new Set<never>(), keyId: '0123456789abcdef' };
-
-  it('is the tenant and the X-Runledger-User, trimmed', () => {
-    expect(budgetKey(principal, '  alice ')).toBe('tenant-a:u:alice');
-    expect(budgetKey(principal, 'x'.repeat(128))).toBe(`tenant-a:u:${'x'.repeat(128)}`);
-  });
-
-  it("is the tenant and the key's id without the header, or with a blank one", () => {
-    expect(budgetKey(principal, undefined)).toBe('tenant-a:k:0123456789abcdef');
-    expect(budgetKey(principal, '   ')).toBe('tenant-a:k:0123456789abcdef');
-  });
-
-  it.each([
-    ['too long', 'x'.repeat(129)],
-    ['a tab', 'al\tice'],
-    ['a control character', 'al\u0007ice'],
-    ['DEL', 'al\u007fice'],
-  ])('refuses a header with %s: 400 validation_failed', (_, value) => {
-    let thrown: unknown;
-    try {
-      budgetKey(principal, value);
-    } catch (error) {
-      thrown = error;
-    }
-    expect(thrown).toBeInstanceOf(ApiError);
-    expect((thrown as ApiError).status).toBe(400);
-    expect((thrown as ApiError).body()).toMatchObject({
-      error: 'validation_failed',
-      details: [{ field: 'X-Runledger-User' }],
-    });
   });
 });

@@ -6,12 +6,7 @@
  */
 import { Controller, Get, HttpCode, Optional, Param, Post, Query } from '@nestjs/common';
 import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
-import {
-  MirrorService,
-  ParkedEventNotFoundError,
-  StillParkedError,
-  type ParkedEvent,
-} from '@runledger/mirror';
+import { MirrorService, ParkedEventNotFoundError, StillParkedError } from '@runledger/mirror';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
 import { ApiError } from '../http/api-error';
@@ -55,12 +50,11 @@ export class MirrorAdminController {
   })
   async retry(@CurrentPrincipal() principal: Principal, @Param('eventId') eventId: string) {
     const mirror = this.running();
-    const parked = mirror.parkedEvent(eventId);
-    if (!parked || !visibleTo(parked, principal)) {
+    if (!mirror.parkedEvent(eventId, principal.tenantId)) {
       throw new ApiError(404, 'parked_event_not_found', `no parked event ${eventId}`);
     }
     try {
-      return { event: await mirror.retryParked(eventId) };
+      return { event: await mirror.retryParked(eventId, principal.tenantId) };
     } catch (error) {
       if (error instanceof ParkedEventNotFoundError) {
         throw new ApiError(404, 'parked_event_not_found', error.message);
@@ -68,7 +62,7 @@ export class MirrorAdminController {
       if (error instanceof StillParkedError) {
         throw new ApiError(409, 'still_parked', error.message, undefined, {
           reason: error.reason,
-          event: mirror.parkedEvent(eventId),
+          event: mirror.parkedEvent(eventId, principal.tenantId),
         });
       }
       throw new ApiError(
@@ -89,8 +83,4 @@ export class MirrorAdminController {
     }
     return this.mirror;
   }
-}
-
-function visibleTo(event: ParkedEvent, principal: Principal): boolean {
-  return event.tenantId === null || event.tenantId === principal.tenantId;
 }

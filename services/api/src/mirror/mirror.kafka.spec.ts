@@ -5,6 +5,7 @@
  * nothing; a poison event is parked, listed, and re-driven while the events after it flow.
  */
 import { randomUUID } from 'node:crypto';
+import { runStream } from '@runledger/domain';
 import { Metrics } from '@runledger/observability';
 import { TOPIC_MAX_MESSAGE_BYTES } from '@runledger/mirror';
 import {
@@ -245,7 +246,7 @@ describeKafka('the Kafka mirror (real broker)', () => {
       expect(listed.status).toBe(200);
       expect(listed.body.parked).toHaveLength(1);
       const [parked] = listed.body.parked as { eventId: string; reason: string }[];
-      expect(parked).toMatchObject({ stream: `run-${runId}`, type: 'message.added' });
+      expect(parked).toMatchObject({ stream: runStream('tenant-a', runId), type: 'message.added' });
       expect(parked.reason).toMatch(/MESSAGE_TOO_LARGE|RECORD_LIST_TOO_LARGE/);
       expect(await metric(t, 'runledger_mirror_parked_events_total')).toBe(1);
       expect(await metric(t, 'runledger_mirror_parked_events')).toBe(1);

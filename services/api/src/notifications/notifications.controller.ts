@@ -1,26 +1,28 @@
 import { Body, Controller, Get, Headers, HttpCode, Post, Query, Req, Res } from '@nestjs/common';
 import { ApiBearerAuth, ApiOperation, ApiProduces, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { RequireScope } from '../auth/access.decorators';
-import { USER_HEADER_MAX } from '../auth/acting-user';
+import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
+import type { Principal } from '../auth/principal';
+import { USER_NAME_MAX } from '../config/config';
 import { ApiError } from '../http/api-error';
 import { clientCaller, type ClientCaller } from '../http/caller';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
+import { StreamSlots } from '../streams/stream-slots';
 import { NotificationsService } from './notifications.service';
 
 const ITEM_DOC =
   'Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", ' +
   'title, summary, position, event, eventId, recordedAt, approvalId?, toolName?, question? }`, oldest first: ' +
   'one per thread transition into blocked or finished. `?user=` keeps the threads of one user ' +
-  '(`u:<name>` as sent in X-Runledger-User, `k:<key id>`, or `me`).';
+  "(a user's name as recorded, `key:<key id>` for a key acting as itself, or `me`).";
 
 /** `me` is the caller; anything else names a user as the API records them. */
 function userFilter(caller: ClientCaller, raw: string | string[] | undefined): string | undefined {
   if (raw === undefined) return undefined;
   if (raw === 'me') return caller.user;
-  if (typeof raw !== 'string' || raw === '' || raw.length > USER_HEADER_MAX + 2) {
-    const rule = `user must be me, u:<name> or k:<key id>, 1 to ${USER_HEADER_MAX + 2} characters`;
+  if (typeof raw !== 'string' || raw === '' || [...raw].length > USER_NAME_MAX) {
+    const rule = `user must be me, a user's name or key:<key id>, 1 to ${USER_NAME_MAX} characters`;
     throw new ApiError(400, 'validation_failed', rule, [
       { field: 'user', rule: 'length', message: rule },
     ]);
@@ -39,7 +41,10 @@ function position(name: string, raw: string | string[] | undefined): number | un
 @RateLimited('call')
 @Controller('v1/notifications')
 export class NotificationsController {
-  constructor(private readonly notifications: NotificationsService) {}
+  constructor(
+    private readonly notifications: NotificationsService,
+    private readonly slots: StreamSlots,
+  ) {}
 
   @Get()
   @RequireScope('read')
@@ -79,12 +84,22 @@ export class NotificationsController {
     @Query('after') after: string | string[] | undefined,
     @Query('user') user: string | string[] | undefined,
     @Res() reply: FastifyReply,
+    @CurrentPrincipal() principal: Principal,
   ): Promise<void> {
     const caller = clientCaller(request);
-    await this.notifications.stream(reply, caller, {
+    const query = {
       after: position('Last-Event-ID', lastEventId) ?? position('after', after),
       user: userFilter(caller, user),
-    });
+    };
+    // One of the caller's stream slots, like run and thread streams, until it closes.
+    const release = this.slots.acquire(principal);
+    reply.raw.once('close', release);
+    try {
+      await this.notifications.stream(reply, caller, query);
+    } catch (error) {
+      release();
+      throw error;
+    }
   }
 
   @Post('seen')
@@ -93,7 +108,7 @@ export class NotificationsController {
   @ApiOperation({
     summary: "Mark notifications seen up to `{ position }`: the caller's cursor only moves forward",
     description:
-      'The cursor belongs to the caller (tenant and X-Runledger-User, else the API key). Answers `{ seen }`.',
+      "The cursor belongs to the caller (tenant and acting user: the key's user, the one a gateway names, else the API key). Answers `{ seen }`.",
   })
   seen(@Req() request: FastifyRequest, @Body() body: unknown) {
     return this.notifications.markSeen(clientCaller(request), body);

@@ -122,15 +122,18 @@ describe('GET /v1/notifications', () => {
   it("filters to one user's threads with ?user=, and ?user=me is the caller", async () => {
     const anas = `t-${randomUUID()}`;
     const bobs = `t-${randomUUID()}`;
-    await blockThenFinish(anas, { user: 'u:ana' });
-    const { finished } = await blockThenFinish(bobs, { user: 'u:bob' });
-    const byName = await list(`?after=0&user=u:ana&limit=100&minPosition=${finished}`);
+    await blockThenFinish(anas, { user: 'ana' });
+    const { finished } = await blockThenFinish(bobs, { user: 'bob' });
+    const byName = await list(`?after=0&user=ana&limit=100&minPosition=${finished}`);
     const threads = new Set(
       (byName.body.notifications as { threadId: string }[]).map((n) => n.threadId),
     );
     expect(threads.has(anas)).toBe(true);
     expect(threads.has(bobs)).toBe(false);
-    const me = await list(`?after=0&user=me&limit=100`, { ...t.auth(), 'X-Runledger-User': 'bob' });
+    const me = await list(`?after=0&user=me&limit=100`, {
+      ...t.auth(KEYS.gatewayA),
+      'X-Runledger-User': 'bob',
+    });
     const mine = new Set((me.body.notifications as { threadId: string }[]).map((n) => n.threadId));
     expect([...mine]).toEqual([bobs]);
   });
@@ -144,7 +147,8 @@ describe('GET /v1/notifications', () => {
 });
 
 describe('seen cursors', () => {
-  const user = () => ({ ...t.auth(), 'X-Runledger-User': `reader-${randomUUID()}` });
+  // A gateway names each reader: only an act-as key may send X-Runledger-User.
+  const user = () => ({ ...t.auth(KEYS.gatewayA), 'X-Runledger-User': `reader-${randomUUID()}` });
 
   it('after seen, a page without ?after= holds neither item again, only what is new', async () => {
     const headers = user();
@@ -232,6 +236,7 @@ describe('GET /v1/notifications/stream', () => {
   it('starts from now for a caller who never marked anything seen', async () => {
     const old = await blockThenFinish(`t-${randomUUID()}`);
     const reader = await stream('/v1/notifications/stream', {
+      ...t.auth(KEYS.gatewayA),
       'X-Runledger-User': `new-${randomUUID()}`,
     });
     await reader.until((r) => r.messages.length > 0);
@@ -244,7 +249,7 @@ describe('GET /v1/notifications/stream', () => {
   });
 
   it("starts after the caller's seen cursor when given no position", async () => {
-    const headers = { 'X-Runledger-User': `streamer-${randomUUID()}` };
+    const headers = { ...t.auth(KEYS.gatewayA), 'X-Runledger-User': `streamer-${randomUUID()}` };
     const old = await blockThenFinish(`t-${randomUUID()}`);
     await t
       .http()

@@ -42,6 +42,7 @@ describe('POST /v1/threads/:threadId/prompt', () => {
     const bound = await t.http().put('/v1/bindings').set(t.auth()).send(key);
     const threadId = bound.body.threadId as string;
     const res = await prompt(threadId, { text: 'Where is my order?', binding: key }, t, {
+      ...t.auth(KEYS.gatewayA),
       'X-Runledger-User': 'ana',
     });
     expect(res.status).toBe(201);
@@ -61,7 +62,7 @@ describe('POST /v1/threads/:threadId/prompt', () => {
     });
     expect(recorded[2].data).toEqual({ turnId: res.body.turnId, source: 'telegram' });
     expect(recorded[2].metadata).toMatchObject({
-      user: 'u:ana',
+      user: 'ana',
       channel: { bindingId: bound.body.bindingId, ...key },
     });
 
@@ -217,7 +218,11 @@ describe('POST /v1/threads/:threadId/prompt', () => {
 
 describe('prompt and the rate limit', () => {
   it('is a costly call: past the costly budget the next prompt is refused 429 with Retry-After', async () => {
-    const limited = await startTestApp({ RATE_LIMIT_CALLS: '30', RATE_LIMIT_COSTLY: '2' });
+    // The key acts as itself, so the service budgets apply.
+    const limited = await startTestApp({
+      RATE_LIMIT_SERVICE_CALLS: '30',
+      RATE_LIMIT_SERVICE_COSTLY: '2',
+    });
     try {
       const threadId = (
         await limited.http().put('/v1/bindings').set(limited.auth()).send(telegram())

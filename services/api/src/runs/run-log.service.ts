@@ -8,23 +8,19 @@ import { v7 as uuidv7 } from 'uuid';
 import {
   ChainVerifier,
   PATH_ID_PATTERN,
+  RefusedError,
   SERVER_ONLY_TYPES,
-  canonicalJson,
-  checkRunAppend,
+  decideAppend,
   gateEvent,
   runHeadOf,
   runStream,
-  sealBatch,
-  stampActiveTurns,
   validateEvent,
   type ChainVerdict,
   type RunHead,
-  type RunRuleViolation,
   type ValidEvent,
 } from '@runledger/domain';
 import {
   EVENT_STORE,
-  EventIdConflictError,
   WrongExpectedRevisionError,
   expectationHolds,
   type AppendResult,
@@ -59,21 +55,13 @@ export interface EventView {
   metadata: Record<string, unknown>;
 }
 
-const RULE_STATUS: Record<RunRuleViolation['code'], number> = {
-  run_not_found: 404,
-  run_already_started: 409,
-  run_finished: 409,
-  turn_already_active: 409,
-};
-
 /** Appends that lose a race with another process re-read the head and try again, this often. */
 const MAX_ATTEMPTS = 5;
-const PAGE = 500;
-/** How far back from a stream's end a retried batch is looked for when its place is unknown. */
-const RETRY_WINDOW = 1000;
+const PAGE = 250;
 
 @Injectable()
 export class RunLogService {
+  /** Appends to one stream take turns; two tenants' runs of one id are two streams. */
   private readonly serializer = new KeyedSerializer();
   /** Heads of runs this process appended to last; the store's revision check guards them. */
   private readonly heads = new HeadCache(10_000);
@@ -119,7 +107,7 @@ export class RunLogService {
     const clientIds = events.some((e) => e.id !== undefined);
     const gated = withIds.map((event) => this.gate(event));
     const toRecord = gated.map((g) => g.event as ValidEvent & { id: string });
-    const result = await this.serializer.run(runId, () =>
+    const result = await this.serializer.run(runStream(tenantId, runId), () =>
       this.appendSerialized(tenantId, runId, toRecord, request.value.expectedRevision, clientIds),
     );
     const outcome = result.idempotent ? 'idempotent' : 'recorded';
@@ -212,28 +200,26 @@ export class RunLogService {
     expected: ExpectedRevision,
     clientIds: boolean,
   ): Promise<AppendResult> {
-    const stream = runStream(runId);
+    const stream = runStream(tenantId, runId);
     for (let attempt = 1; ; attempt += 1) {
       const cached = this.heads.get(stream);
       const head = cached ?? (await this.readHead(stream));
-      const violation = checkRunAppend(head, tenantId, runId, events);
+      const decided = decideAppend({ tenantId, runId, events }, head);
+      const refused = 'refusal' in decided;
       const mismatch = !expectationHolds(expected, head?.revision);
-      if ((violation || mismatch) && cached) {
+      if ((refused || mismatch) && cached) {
         // Decide a refusal on the stored head only: another process may have moved it.
         this.heads.forget(stream);
         continue;
       }
-      if (violation || mismatch) {
+      if (refused || mismatch) {
         // A retry of a batch that was recorded answers its originals, even after the run ended.
-        const sameTenant = head === null || head.tenantId === tenantId;
-        const original =
-          clientIds && sameTenant ? await this.findRecorded(stream, events, expected) : null;
+        const original = clientIds ? await this.recordedBefore(stream, events) : null;
         if (original) return original;
-        if (violation) throw ruleError(violation);
-        throw wrongRevision(expected, head);
+        if (refused) throw new RefusedError(decided.refusal);
+        throw new WrongExpectedRevisionError(stream, expected, head?.revision ?? 'no_stream');
       }
-      const threadId = head?.threadId ?? (events[0].data as { threadId: string }).threadId;
-      const sealed = sealBatch(head, { tenantId, runId, threadId }, stampActiveTurns(head, events));
+      const sealed = decided.events;
       try {
         const result = await this.store.append(stream, sealed, {
           expectedRevision: head?.revision ?? 'no_stream',
@@ -244,14 +230,11 @@ export class RunLogService {
         return result;
       } catch (error) {
         this.heads.forget(stream);
-        if (error instanceof EventIdConflictError) {
-          throw new ApiError(409, 'event_id_conflict', error.message, { eventId: error.eventId });
-        }
         const lostRace = error instanceof WrongExpectedRevisionError;
         const retryable =
           cached !== undefined || expected === 'any' || expected === 'stream_exists';
         if (lostRace && retryable && attempt < MAX_ATTEMPTS) continue;
-        if (lostRace) throw wrongRevision(expected, null, error.actual);
+        if (lostRace) throw new WrongExpectedRevisionError(stream, expected, error.actual);
         throw error;
       }
     }
@@ -277,7 +260,7 @@ export class RunLogService {
       }
       return { ...check.value, id: uuidv7() };
     });
-    const result = await this.serializer.run(runId, () =>
+    const result = await this.serializer.run(runStream(tenantId, runId), () =>
       this.appendSerialized(tenantId, runId, valid, expected, false),
     );
     for (const event of valid)
@@ -295,7 +278,7 @@ export class RunLogService {
   async readRun(tenantId: string, runId: string): Promise<RecordedEvent[]> {
     await this.requireRun(tenantId, runId);
     const events: RecordedEvent[] = [];
-    for await (const event of this.recorded(runId)) events.push(event);
+    for await (const event of this.recorded(tenantId, runId)) events.push(event);
     return events;
   }
 
@@ -307,16 +290,22 @@ export class RunLogService {
     tenantId: string,
     runId: string,
     declaredBytes: number,
+    count = 1,
   ): Promise<boolean> {
     if (!PATH_ID_PATTERN.test(runId)) return false;
-    const stream = runStream(runId);
-    return this.serializer.run(runId, async () => {
+    const stream = runStream(tenantId, runId);
+    return this.serializer.run(stream, async () => {
       const head = await this.readHead(stream);
       if (!head || head.tenantId !== tenantId || head.finished) return false;
       const marker: ValidEvent & { id: string } = {
         id: uuidv7(),
         type: 'append.rejected',
-        data: { reason: 'body_too_large', declaredBytes, limitBytes: this.config.bodyMaxBytes },
+        data: {
+          reason: 'body_too_large',
+          declaredBytes,
+          limitBytes: this.config.bodyMaxBytes,
+          ...(count > 1 ? { count } : {}),
+        },
         metadata: {},
       };
       await this.appendSerialized(tenantId, runId, [marker], 'stream_exists', false);
@@ -325,49 +314,25 @@ export class RunLogService {
     });
   }
 
-  /** The batch as already recorded in this stream, or null; a partial or altered match is a conflict. */
-  private async findRecorded(
+  /**
+   * Whether a batch refused now was recorded before (a retry after the run moved on or
+   * ended). The store alone decides: when it knows one of the ids in this stream, re-sending
+   * the batch answers the originals or refuses ids recorded with other content, and writes
+   * nothing, since a batch with a known id is never appended.
+   */
+  private async recordedBefore(
     stream: string,
     events: (ValidEvent & { id: string })[],
-    expected: ExpectedRevision,
   ): Promise<AppendResult | null> {
-    const candidates =
-      typeof expected === 'number'
-        ? await this.store.readStream(stream, {
-            fromRevision: expected + 1,
-            maxCount: events.length,
-          })
-        : expected === 'no_stream'
-          ? await this.store.readStream(stream, { fromRevision: 0, maxCount: events.length })
-          : await this.store.readStream(stream, { direction: 'backwards', maxCount: RETRY_WINDOW });
-    const byId = new Map(candidates.map((e) => [e.id, e]));
-    const found = events.map((e) => byId.get(e.id));
-    if (found.every((e) => e === undefined)) return null;
-    found.forEach((recorded, i) => {
-      const event = events[i];
-      if (
-        !recorded ||
-        recorded.type !== event.type ||
-        canonicalJson(recorded.data) !== canonicalJson(event.data)
-      ) {
-        throw new ApiError(
-          409,
-          'event_id_conflict',
-          `event id ${event.id} does not match what is recorded`,
-          {
-            eventId: event.id,
-          },
-        );
-      }
-    });
-    const recorded = found as RecordedEvent[];
-    return {
-      firstRevision: recorded[0].revision,
-      lastRevision: recorded[recorded.length - 1].revision,
-      position: recorded[recorded.length - 1].position,
-      events: recorded.map((e) => ({ id: e.id, revision: e.revision, position: e.position })),
-      idempotent: true,
-    };
+    const known = await this.store.readByIds(
+      stream,
+      events.map((event) => event.id),
+    );
+    if (known.length === 0) return null;
+    return this.store.append(
+      stream,
+      events.map(({ id, type, data }) => ({ id, type, data, metadata: {} })),
+    );
   }
 
   private async readHead(stream: string): Promise<RunHead | null> {
@@ -375,10 +340,13 @@ export class RunLogService {
     return last ? runHeadOf(last) : null;
   }
 
-  /** The run's head, or 404 when it does not exist or belongs to another tenant. */
+  /**
+   * The run's head, or 404 when the tenant has no such run. The stream is the tenant's own;
+   * its stamped tenant is checked too, so a stream whose stamp disagrees is never served.
+   */
   async requireRun(tenantId: string, runId: string): Promise<RunHead> {
     assertRunId(runId);
-    const head = await this.readHead(runStream(runId));
+    const head = await this.readHead(runStream(tenantId, runId));
     if (!head || head.tenantId !== tenantId)
       throw new ApiError(404, 'run_not_found', `run ${runId} not found`);
     return head;
@@ -391,7 +359,7 @@ export class RunLogService {
     limit: number,
   ): Promise<{ runId: string; events: EventView[]; nextRevision: number | null }> {
     const head = await this.requireRun(tenantId, runId);
-    const recorded = await this.store.readStream(runStream(runId), {
+    const recorded = await this.store.readStream(runStream(tenantId, runId), {
       fromRevision,
       maxCount: limit,
     });
@@ -401,29 +369,32 @@ export class RunLogService {
   }
 
   /** Every recorded event of the run, in order, read page by page. */
-  async *replay(runId: string): AsyncGenerator<EventView> {
-    for await (const event of this.recorded(runId)) yield toView(event);
+  async *replay(tenantId: string, runId: string): AsyncGenerator<EventView> {
+    for await (const event of this.recorded(tenantId, runId)) yield toView(event);
   }
 
-  private async *recorded(runId: string): AsyncGenerator<RecordedEvent> {
-    const stream = runStream(runId);
+  private async *recorded(tenantId: string, runId: string): AsyncGenerator<RecordedEvent> {
+    const stream = runStream(tenantId, runId);
     for (let from = 0; ;) {
       const page = await this.store.readStream(stream, { fromRevision: from, maxCount: PAGE });
       yield* page;
       if (page.length < PAGE) return;
       from = page[page.length - 1].revision + 1;
+      // An embedded store answers without I/O: give other requests a turn between pages, so
+      // auditing or replaying a long run never holds the event loop for more than a page.
+      await new Promise((resolve) => setImmediate(resolve));
     }
   }
 
   async audit(tenantId: string, runId: string): Promise<{ runId: string } & ChainVerdict> {
     await this.requireRun(tenantId, runId);
-    return this.verify(runId);
+    return this.verify(tenantId, runId);
   }
 
-  /** Recomputes the run's hash chain from the log; for operators, regardless of tenant. */
-  async verify(runId: string): Promise<{ runId: string } & ChainVerdict> {
+  /** Recomputes the run's hash chain from the log; for operators, who name the tenant. */
+  async verify(tenantId: string, runId: string): Promise<{ runId: string } & ChainVerdict> {
     const verifier = new ChainVerifier(runId);
-    for await (const event of this.replay(runId)) verifier.add(event);
+    for await (const event of this.replay(tenantId, runId)) verifier.add(event);
     return { runId, ...verifier.verdict() };
   }
 
@@ -443,36 +414,6 @@ export function assertRunId(runId: string): void {
       { field: 'runId', rule: 'matches', message: `runId must match ${PATH_ID_PATTERN.source}` },
     ]);
   }
-}
-
-function ruleError(violation: RunRuleViolation): ApiError {
-  const details =
-    'index' in violation && violation.index !== undefined ? { index: violation.index } : undefined;
-  const fields = 'activeTurnId' in violation ? { activeTurnId: violation.activeTurnId } : {};
-  return new ApiError(
-    RULE_STATUS[violation.code],
-    violation.code,
-    violation.message,
-    details,
-    fields,
-  );
-}
-
-function wrongRevision(
-  expected: ExpectedRevision,
-  head: RunHead | null,
-  actual: number | 'no_stream' = head?.revision ?? 'no_stream',
-): ApiError {
-  const revisions = { expectedRevision: expected, actualRevision: actual };
-  // In `details` like every error's facts, and at the top like the other 409s' (DESIGN.md:
-  // "409 with the actual revision").
-  return new ApiError(
-    409,
-    'wrong_expected_revision',
-    `expected revision ${String(expected)}, actual ${String(actual)}`,
-    revisions,
-    revisions,
-  );
 }
 
 /** A recorded event as every read answers it (pages, replay lines, SSE data). */

@@ -13,7 +13,7 @@ import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
 import { ApiError } from '../http/api-error';
-import { costlyIfRunStarted, RateLimited } from '../limits/rate-limit.decorators';
+import { costlyIfUserStartsTurn, RateLimited } from '../limits/rate-limit.decorators';
 import { RunLogService } from './run-log.service';
 
 @ApiTags('runs')
@@ -25,7 +25,7 @@ export class RunsController {
   @Post('events')
   @HttpCode(201)
   @RequireScope('append')
-  @RateLimited(costlyIfRunStarted)
+  @RateLimited(costlyIfUserStartsTurn)
   @ApiOperation({
     summary: 'Append a batch of events to a run',
     description:
@@ -67,7 +67,7 @@ export class RunsController {
     const lines = async function* (events: AsyncIterable<unknown>) {
       for await (const event of events) yield `${JSON.stringify(event)}\n`;
     };
-    return new StreamableFile(Readable.from(lines(this.runLog.replay(runId))), {
+    return new StreamableFile(Readable.from(lines(this.runLog.replay(principal.tenantId, runId))), {
       type: 'application/x-ndjson',
     });
   }

@@ -356,11 +356,12 @@ describe('access', () => {
     },
   );
 
-  it("answers another tenant's append with 404 and writes nothing", async () => {
+  it("treats another tenant's run id as free: its own run, never a write into this one", async () => {
     const res = await append(runId, { events: [message('intruder')] }, KEYS.tenantB);
     expect(res.status).toBe(404);
-    const restart = await append(runId, { events: [started()] }, KEYS.tenantB);
-    expect(restart.status).toBe(404);
+    const own = await append(runId, { events: [started()] }, KEYS.tenantB);
+    expect(own.status).toBe(201);
+    expect(own.body.firstRevision).toBe(0);
     expect(await recorded(runId)).toHaveLength(2);
   });
 
@@ -397,5 +398,11 @@ describe('operations', () => {
     const docs = await t.http().get('/docs-json');
     expect(docs.status).toBe(200);
     expect(Object.keys(docs.body.paths)).toContain('/v1/runs/{runId}/events');
+    const resolve = docs.body.paths['/v1/runs/{runId}/approvals/{approvalId}/resolve'].post;
+    expect(resolve.parameters).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ in: 'header', name: 'X-Runledger-User', required: false }),
+      ]),
+    );
   });
 });

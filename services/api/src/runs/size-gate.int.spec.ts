@@ -16,6 +16,7 @@ beforeAll(async () => {
   t = await startTestApp({
     EVENT_MAX_BYTES: String(EVENT_MAX_BYTES),
     BODY_MAX_BYTES: String(BODY_MAX_BYTES),
+    REJECTION_MARKER_WINDOW_MS: '1000',
   });
   await t.app.listen(0, '127.0.0.1');
   const { port } = t.app.getHttpServer().address() as AddressInfo;
@@ -251,6 +252,38 @@ describe('a body over BODY_MAX_BYTES', () => {
       events: [
         { type: 'message.added', data: { messageId: 'm', role: 'user', text: 'smaller now' } },
       ],
+    });
+    expect(next.status).toBe(201);
+  });
+
+  it('coalesces a burst of refusals to one run into one marker now and one with a count per window', async () => {
+    const runId = await newRun();
+    const declared = Array.from({ length: 30 }, (_, i) => 1_000_000 + i);
+    for (const bytes of declared) {
+      expect((await postDeclaring(`/v1/runs/${runId}/events`, bytes)).status).toBe(413);
+    }
+    const now = await recorded(runId);
+    expect(now.map((e) => e.type)).toEqual(['run.started', 'append.rejected']);
+    // When the window closes, the 29 refusals after the first become one marker.
+    let events = now;
+    for (let i = 0; i < 100 && events.length < 3; i += 1) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      events = await recorded(runId);
+    }
+    expect(events.map((e) => e.type)).toEqual([
+      'run.started',
+      'append.rejected',
+      'append.rejected',
+    ]);
+    expect(events[2].data).toEqual({
+      reason: 'body_too_large',
+      declaredBytes: 1_000_029,
+      limitBytes: BODY_MAX_BYTES,
+      count: 29,
+    });
+    // Appends are not held up by any of it.
+    const next = await append(runId, {
+      events: [{ type: 'message.added', data: { messageId: 'm', role: 'user', text: 'ok' } }],
     });
     expect(next.status).toBe(201);
   });

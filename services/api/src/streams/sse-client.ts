@@ -1,10 +1,24 @@
 /**
  * One Server-Sent Events connection: its position in the log, and the writes to its socket
  * with a bounded backlog. The fan-out decides what to send; this decides when the socket
- * takes it, and says when the client fell too far behind.
+ * takes it, and ends the stream with `overflow` when the client falls too far behind: more
+ * than `maxBufferBytes` waiting for its socket, or a socket that took nothing for
+ * `sendTimeoutMs`. The budget is in bytes, not frames: one frame may be a 1 MiB event.
  */
 import type { ServerResponse } from 'node:http';
-import { HEARTBEAT_FRAME } from './sse-frame';
+import { HEARTBEAT_FRAME, overflowFrame } from './sse-frame';
+
+/** Why a client was sent `overflow`. */
+export type OverflowReason = 'buffer' | 'send_timeout';
+
+export interface SseClientLimits {
+  /** Bytes written or queued but not yet taken by the socket, at most. */
+  maxBufferBytes: number;
+  /** How long the socket may take nothing while bytes wait for it. */
+  sendTimeoutMs: number;
+  /** Told once, as the client is sent `overflow` (to count it, log it, stop feeding it). */
+  onOverflow?: (client: SseClient, reason: OverflowReason) => void;
+}
 
 /** What a stream shows: one run, or every run of one thread, always within one tenant. */
 export type StreamWatch =
@@ -31,14 +45,16 @@ export class SseClient {
   private blocked = false;
   private queue: QueuedFrame[] = [];
   private queueHead = 0;
+  private queuedBytes = 0;
   private drained: (() => void) | null = null;
   private graceTimer: NodeJS.Timeout | null = null;
+  private stallTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly res: ServerResponse,
     readonly watch: StreamWatch,
     from: number,
-    private readonly maxBuffer: number,
+    private readonly limits: SseClientLimits,
   ) {
     this.cursor = from;
     this.lastWritten = from;
@@ -50,7 +66,7 @@ export class SseClient {
 
   /** Writes a frame that is not an event (the start id). */
   writeRaw(bytes: Buffer): void {
-    if (!this.closed && !this.res.write(bytes)) this.blocked = true;
+    if (!this.closed && !this.res.write(bytes)) this.block();
   }
 
   /**
@@ -64,23 +80,34 @@ export class SseClient {
   }
 
   /**
-   * Live: writes the frame, or queues it while the socket is backed up. False when the
-   * backlog passed SSE_MAX_BUFFER: the caller ends the stream with `overflow`.
+   * Live: writes the frame, or queues it while the socket is backed up. A backlog past
+   * maxBufferBytes (counting what node:http holds unsent) ends the stream with `overflow`.
    */
-  offer(bytes: Buffer, position: number): boolean {
-    if (this.closed || position <= this.cursor) return true;
+  offer(bytes: Buffer, position: number): void {
+    if (this.closed || position <= this.cursor) return;
     this.cursor = position;
-    if (this.blocked) {
-      this.queue.push({ bytes, position });
-      return this.queue.length - this.queueHead <= this.maxBuffer;
+    if (!this.blocked) {
+      this.send(bytes, position);
+      return;
     }
-    this.send(bytes, position);
-    return true;
+    this.queue.push({ bytes, position });
+    this.queuedBytes += bytes.length;
+    if (this.queuedBytes + this.res.writableLength > this.limits.maxBufferBytes) {
+      this.overflow('buffer');
+    }
+  }
+
+  /** Ends the stream with `overflow` and where to resume: the client reconnects from there. */
+  overflow(reason: OverflowReason): void {
+    if (this.closed) return;
+    this.limits.onOverflow?.(this, reason);
+    // A client that did not read for a send timeout will not read its last frame either.
+    this.end(overflowFrame(this.lastWritten), this.limits.sendTimeoutMs);
   }
 
   /** Only to a socket that drains: a backed-up one gains nothing from more bytes. */
   heartbeat(): void {
-    if (!this.closed && !this.blocked && !this.res.write(HEARTBEAT_FRAME)) this.blocked = true;
+    if (!this.closed && !this.blocked && !this.res.write(HEARTBEAT_FRAME)) this.block();
   }
 
   /**
@@ -92,6 +119,7 @@ export class SseClient {
     this.markClosed();
     this.queue = [];
     this.queueHead = 0;
+    this.queuedBytes = 0;
     // The socket ends once the last bytes left: a keep-alive socket would otherwise stay
     // open after the stream and hold up a server shutdown until its keep-alive timeout.
     this.res.once('finish', () => this.res.socket?.end());
@@ -107,14 +135,24 @@ export class SseClient {
 
   private send(bytes: Buffer, position: number): void {
     this.lastWritten = position;
-    if (!this.res.write(bytes)) this.blocked = true;
+    if (!this.res.write(bytes)) this.block();
+  }
+
+  /** The socket stopped taking bytes: it has sendTimeoutMs to take some again. */
+  private block(): void {
+    this.blocked = true;
+    this.stallTimer ??= setTimeout(() => this.overflow('send_timeout'), this.limits.sendTimeoutMs);
+    this.stallTimer.unref();
   }
 
   private flush(): void {
     this.blocked = false;
+    if (this.stallTimer) clearTimeout(this.stallTimer);
+    this.stallTimer = null;
     while (this.queueHead < this.queue.length && !this.blocked) {
       const frame = this.queue[this.queueHead];
       this.queueHead += 1;
+      this.queuedBytes -= frame.bytes.length;
       this.send(frame.bytes, frame.position);
     }
     if (this.queueHead === this.queue.length) {
@@ -126,6 +164,8 @@ export class SseClient {
 
   private markClosed(): void {
     this.closed = true;
+    if (this.stallTimer) clearTimeout(this.stallTimer);
+    this.stallTimer = null;
     this.wake();
   }
 

@@ -19,28 +19,35 @@
  *   Catch-up frames are serialised per client: they are read per client anyway, and a
  *   client replaying history is the exception, not the fan-out.
  * - **Bounded backlog**: live frames go to the socket while `write()` accepts them; after a
- *   false they queue until 'drain'. More than SSE_MAX_BUFFER queued: the client gets
- *   `overflow` with `resumeFrom` (the last position written), the stream closes and the queue
- *   is dropped — never the events: the client resumes from the log. The follower lets I/O
+ *   false they queue until 'drain'. More than SSE_MAX_BUFFER_BYTES waiting, or a socket that
+ *   took nothing for SSE_SEND_TIMEOUT_MS (sse-client.ts): the client gets `overflow` with
+ *   `resumeFrom` (the last position written), the stream closes and the queue is dropped —
+ *   never the events: the client resumes from the log. The follower lets I/O
  *   run every YIELD_EVERY events, so a socket can drain within a large burst.
  * - No batching of our own: node:http corks a socket on a write until the next tick, so the
  *   events of a burst (dispatched in one run of microtasks) leave in one writev per socket.
  * - One heartbeat timer for all clients. A follower failure is logged and the follower
  *   resubscribes from its position; attached clients notice nothing but the delay.
+ * - The follower is a handler on the log's one follower (CheckpointedProcessor) whose
+ *   checkpoint lives in memory: live streams start from the head, and a client resumes from
+ *   its own Last-Event-ID anyway.
+ * - A thread's catch-up reads that thread's events (`readAll` by thread, an index in the
+ *   embedded store), never every tenant's log.
  */
 import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
-import { RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
+import { RUN_STREAM_PREFIX, parseStreamName, runStream } from '@runledger/domain';
 import {
+  CheckpointedProcessor,
   EVENT_STORE,
+  type BatchHandler,
   type EventStore,
   type RecordedEvent,
-  type Subscription,
 } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import type { FastifyReply } from 'fastify';
 import { APP_CONFIG, type AppConfig } from '../config/config';
-import { SseClient, type StreamWatch } from './sse-client';
-import { eventFrame, overflowFrame, startFrame } from './sse-frame';
+import { SseClient, type OverflowReason, type StreamWatch } from './sse-client';
+import { eventFrame, startFrame } from './sse-frame';
 
 /** Events read per catch-up page. */
 const CATCH_UP_PAGE = 500;
@@ -79,20 +86,19 @@ function text(value: unknown): string | null {
 function matches(watch: StreamWatch, event: RecordedEvent): boolean {
   if (event.metadata.tenantId !== watch.tenantId) return false;
   return watch.kind === 'run'
-    ? event.stream === runStream(watch.runId)
+    ? event.stream === runStream(watch.tenantId, watch.runId)
     : event.metadata.threadId === watch.threadId;
 }
 
 @Injectable()
-export class SseFanout implements OnModuleDestroy {
+export class SseFanout implements OnModuleDestroy, BatchHandler {
   private readonly logger = new Logger('sse');
   /** Attached (live) clients by run or thread key. */
   private readonly watchers = new Map<string, Set<SseClient>>();
   /** Every open client, catching up or live. */
   private readonly clients = new Set<SseClient>();
   private started: Promise<void> | null = null;
-  private subscription: Subscription | null = null;
-  private following: Promise<void> | null = null;
+  private follower: CheckpointedProcessor | null = null;
   private heartbeat: NodeJS.Timeout | null = null;
   private stopping = false;
   /** Last run event the follower dispatched (or the head it started from). */
@@ -117,7 +123,11 @@ export class SseFanout implements OnModuleDestroy {
     // Gone while we looked up where to start: its 'close' has passed, nothing would clean up.
     if (res.destroyed || !res.socket || res.socket.destroyed) return;
     res.writeHead(200, SSE_HEADERS);
-    const client = new SseClient(res, watch, from, this.config.sse.maxBuffer);
+    const client = new SseClient(res, watch, from, {
+      maxBufferBytes: this.config.sse.maxBufferBytes,
+      sendTimeoutMs: this.config.sse.sendTimeoutMs,
+      onOverflow: (behind, reason) => this.overflowed(behind, reason),
+    });
     this.clients.add(client);
     this.metrics.sseClients.inc();
     res.on('close', () => {
@@ -147,8 +157,14 @@ export class SseFanout implements OnModuleDestroy {
 
   private async catchUp(client: SseClient): Promise<void> {
     const { watch } = client;
-    // A run's events all lie in one stream: the prefix lets the store skip the others.
-    const prefix = watch.kind === 'run' ? runStream(watch.runId) : RUN_STREAM_PREFIX;
+    // A run's events all lie in one stream, a thread's are indexed: the store skips the others.
+    const filter =
+      watch.kind === 'run'
+        ? { streamPrefix: runStream(watch.tenantId, watch.runId) }
+        : {
+            streamPrefix: RUN_STREAM_PREFIX,
+            thread: { tenantId: watch.tenantId, threadId: watch.threadId },
+          };
     for (;;) {
       if (client.closed) return;
       const target = this.position;
@@ -162,7 +178,7 @@ export class SseFanout implements OnModuleDestroy {
       const page = await this.store.readAll({
         fromPosition: from,
         maxCount: CATCH_UP_PAGE,
-        streamPrefix: prefix,
+        ...filter,
       });
       const after = page.filter((event) => event.position > from);
       if (after.length === 0) {
@@ -200,8 +216,8 @@ export class SseFanout implements OnModuleDestroy {
 
   private dispatch(event: RecordedEvent): void {
     const tenantId = text(event.metadata.tenantId);
-    if (tenantId !== null && this.watchers.size > 0) {
-      const runId = event.stream.slice(RUN_STREAM_PREFIX.length);
+    const runId = parseStreamName(event.stream)?.id;
+    if (tenantId !== null && runId !== undefined && this.watchers.size > 0) {
       const threadId = text(event.metadata.threadId);
       const byRun = this.watchers.get(runKey(tenantId, runId));
       const byThread =
@@ -216,25 +232,45 @@ export class SseFanout implements OnModuleDestroy {
   }
 
   private offer(clients: Set<SseClient>, frame: Buffer, position: number): void {
-    for (const client of clients) {
-      if (client.offer(frame, position)) continue;
-      this.detach(client);
-      this.metrics.sseOverflows.inc();
-      this.logger.warn({
-        msg: 'SSE client fell behind; sent overflow and closed the stream',
-        watch: client.watch,
-        resumeFrom: client.lastWritten,
-        maxBuffer: this.config.sse.maxBuffer,
-      });
-      client.end(overflowFrame(client.lastWritten));
-    }
+    // A client that overflows leaves the set as it is walked, which a Set allows.
+    for (const client of clients) client.offer(frame, position);
+  }
+
+  private overflowed(client: SseClient, reason: OverflowReason): void {
+    this.detach(client);
+    this.metrics.sseOverflows.inc();
+    this.logger.warn({
+      msg: 'SSE client fell behind; sent overflow and closed the stream',
+      watch: client.watch,
+      reason,
+      resumeFrom: client.lastWritten,
+      maxBufferBytes: this.config.sse.maxBufferBytes,
+      sendTimeoutMs: this.config.sse.sendTimeoutMs,
+    });
   }
 
   /** Starts the shared follower at the log head, once, when the first client connects. */
   private ensureFollowing(): Promise<void> {
     this.started ??= (async () => {
       this.position = await this.store.headPosition();
-      this.following = this.follow();
+      this.follower = new CheckpointedProcessor(
+        this.store,
+        this,
+        {
+          committed: () => undefined,
+          failed: (error, position) =>
+            this.logger.error({ msg: 'the SSE follower stopped', position, error: String(error) }),
+          resubscribing: (error, position, retryInMs) =>
+            this.logger.error({
+              msg: 'the SSE follower lost its subscription; resubscribing',
+              position,
+              retryInMs,
+              error: String(error),
+            }),
+        },
+        { streamPrefix: RUN_STREAM_PREFIX, batchSize: YIELD_EVERY, resubscribeMs: RESUBSCRIBE_MS },
+      );
+      this.follower.start();
       this.heartbeat = setInterval(() => {
         for (const client of this.clients) client.heartbeat();
       }, this.config.sse.heartbeatMs);
@@ -247,46 +283,25 @@ export class SseFanout implements OnModuleDestroy {
     return this.started;
   }
 
-  private async follow(): Promise<void> {
-    for (let failures = 0; !this.stopping;) {
-      const subscription = this.store.subscribeToAll({
-        fromPosition: this.position,
-        streamPrefix: RUN_STREAM_PREFIX,
-      });
-      this.subscription = subscription;
-      try {
-        let sinceYield = 0;
-        for await (const event of subscription) {
-          this.dispatch(event);
-          failures = 0;
-          sinceYield += 1;
-          if (sinceYield === YIELD_EVERY) {
-            // A store batch is dispatched in microtasks; without a turn of the event loop no
-            // socket could report 'drain' within it, and a burst would overflow healthy clients.
-            sinceYield = 0;
-            await new Promise((resolve) => setImmediate(resolve));
-          }
-        }
-      } catch (error) {
-        if (this.stopping) return;
-        this.logger.error({
-          msg: 'the SSE follower lost its subscription; resubscribing',
-          position: this.position,
-          error: String(error),
-        });
-      }
-      if (this.stopping) return;
-      const wait = RESUBSCRIBE_MS[Math.min(failures, RESUBSCRIBE_MS.length - 1)];
-      failures += 1;
-      await new Promise((resolve) => setTimeout(resolve, wait).unref());
-    }
+  /** The follower starts where the fan-out stands: the log head when the first client came. */
+  checkpoint(): number {
+    return this.position;
+  }
+
+  /**
+   * Dispatches a batch, then gives the event loop a turn: a batch is dispatched in one go, and
+   * without a turn no socket could report 'drain' within a burst, which would overflow
+   * healthy clients.
+   */
+  async handle(batch: readonly RecordedEvent[]): Promise<void> {
+    for (const event of batch) this.dispatch(event);
+    await new Promise((resolve) => setImmediate(resolve));
   }
 
   private async stopFollowing(): Promise<void> {
     this.stopping = true;
     if (this.heartbeat) clearInterval(this.heartbeat);
     this.heartbeat = null;
-    await this.subscription?.close();
-    await this.following;
+    await this.follower?.stop();
   }
 }

@@ -13,10 +13,12 @@ import type {
   SubscribeOptions,
   Subscription,
 } from '@runledger/event-store';
+import { runStream } from '@runledger/domain';
 import { Metrics } from '@runledger/observability';
 import type { FastifyReply } from 'fastify';
 import type { AppConfig } from '../config/config';
 import { SseFanout } from './sse-fanout.service';
+import { eventFrame } from './sse-frame';
 
 /** A log in memory. Reads see the log as it was when they were called, like SQLite's. */
 class MemoryLog {
@@ -33,9 +35,9 @@ class MemoryLog {
     const position = this.events.length + 1;
     const event: RecordedEvent = {
       id: `e${position}`,
-      stream: `run-${runId}`,
+      stream: runStream(tenantId, runId),
       type: 'message.added',
-      revision: this.events.filter((e) => e.stream === `run-${runId}`).length,
+      revision: this.events.filter((e) => e.stream === runStream(tenantId, runId)).length,
       position,
       data: { text: `event ${position}` },
       metadata: { tenantId, runId, threadId },
@@ -150,9 +152,14 @@ async function settle(done: () => boolean): Promise<void> {
   if (!done()) throw new Error('the fan-out did not reach the expected state');
 }
 
-function fanoutOver(log: MemoryLog, maxBuffer = 100): { fanout: SseFanout; metrics: Metrics } {
+function fanoutOver(
+  log: MemoryLog,
+  sse: Partial<AppConfig['sse']> = {},
+): { fanout: SseFanout; metrics: Metrics } {
   const metrics = new Metrics();
-  const config = { sse: { maxBuffer, heartbeatMs: 60_000 } } as AppConfig;
+  const config = {
+    sse: { maxBufferBytes: 1_000_000, sendTimeoutMs: 60_000, heartbeatMs: 60_000, ...sse },
+  } as AppConfig;
   return { fanout: new SseFanout(log as unknown as EventStore, config, metrics), metrics };
 }
 
@@ -216,10 +223,12 @@ describe('SseFanout', () => {
     await fanout.onModuleDestroy();
   });
 
-  it('queues behind a stalled socket up to SSE_MAX_BUFFER, then sends overflow with the last position written', async () => {
+  it('queues behind a stalled socket up to SSE_MAX_BUFFER_BYTES, then sends overflow with the last position written', async () => {
     const log = new MemoryLog();
     log.add('r1');
-    const { fanout, metrics } = fanoutOver(log, 3);
+    // Room for four frames (one the socket holds unsent, three queued), not five.
+    const frameBytes = eventFrame(log.events[0]).length;
+    const { fanout, metrics } = fanoutOver(log, { maxBufferBytes: Math.floor(4.5 * frameBytes) });
     const res = new StalledResponse();
     await fanout.open(replyTo(res), { kind: 'run', tenantId: 'tenant-a', runId: 'r1' }, undefined);
     await res.drain(); // the start frame
@@ -240,7 +249,7 @@ describe('SseFanout', () => {
 
     log.add('r1'); // 6: written, unsent
     await ticks();
-    for (let i = 0; i < 4; i += 1) log.add('r1'); // 7..10: the fourth queued one passes the bound
+    for (let i = 0; i < 4; i += 1) log.add('r1'); // 7..10: the fourth queued one passes the budget
     await ticks();
     await res.drain();
     expect(res.ids()).toEqual([2, 3, 4, 5, 6]);
@@ -252,6 +261,48 @@ describe('SseFanout', () => {
       (await metrics.registry.getSingleMetric('runledger_sse_overflows_total')?.get())?.values[0]
         ?.value,
     ).toBe(1);
+    await fanout.onModuleDestroy();
+  });
+
+  it('sends overflow to a socket that takes nothing for SSE_SEND_TIMEOUT_MS, with no new event', async () => {
+    const log = new MemoryLog();
+    const { fanout, metrics } = fanoutOver(log, { sendTimeoutMs: 100 });
+    const res = new StalledResponse();
+    await fanout.open(replyTo(res), { kind: 'run', tenantId: 'tenant-a', runId: 'r1' }, undefined);
+    await res.drain(); // the start frame
+    log.add('r1'); // 1: written; the socket never takes it
+    await ticks();
+    // Past the send timeout, before the grace for the last frame (one more timeout) ends.
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    await res.drain();
+    expect(res.ids()).toEqual([1]);
+    expect(res.received[res.received.length - 1]).toBe(
+      'event: overflow\ndata: {"resumeFrom":1}\n\n',
+    );
+    expect(res.writableEnded).toBe(true);
+    expect(
+      (await metrics.registry.getSingleMetric('runledger_sse_overflows_total')?.get())?.values[0]
+        ?.value,
+    ).toBe(1);
+    await fanout.onModuleDestroy();
+  });
+
+  it('keeps a socket that drains within SSE_SEND_TIMEOUT_MS', async () => {
+    const log = new MemoryLog();
+    const { fanout, metrics } = fanoutOver(log, { sendTimeoutMs: 200 });
+    const res = new StalledResponse();
+    await fanout.open(replyTo(res), { kind: 'run', tenantId: 'tenant-a', runId: 'r1' }, undefined);
+    for (let i = 0; i < 5; i += 1) {
+      log.add('r1');
+      await new Promise((resolve) => setTimeout(resolve, 60));
+      await res.drain();
+    }
+    expect(res.ids()).toEqual([1, 2, 3, 4, 5]);
+    expect(res.writableEnded).toBe(false);
+    expect(
+      (await metrics.registry.getSingleMetric('runledger_sse_overflows_total')?.get())?.values[0]
+        ?.value,
+    ).toBe(0);
     await fanout.onModuleDestroy();
   });
 });

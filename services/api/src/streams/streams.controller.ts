@@ -12,14 +12,18 @@ import { RateLimited } from '../limits/rate-limit.decorators';
 import { RunLogService } from '../runs/run-log.service';
 import { queryInt } from '../runs/runs.controller';
 import { ThreadsService } from '../threads/threads.service';
+import type { StreamWatch } from './sse-client';
 import { SseFanout } from './sse-fanout.service';
+import { StreamSlots } from './stream-slots';
 
 const STREAM_DOC =
   'Server-Sent Events: every event after `Last-Event-ID` (a position, exclusive), else after `?from=` ' +
   '(a position, exclusive: `?from=0` is the whole history), else from now; then live. Each message: ' +
   '`id: <position>`, `event: <type>`, `data: { id, type, revision, position, recordedAt, data, metadata }`. ' +
-  'A client that falls SSE_MAX_BUFFER events behind gets `event: overflow` with `data: { resumeFrom }` and ' +
-  'the stream closes: reconnect with `Last-Event-ID: <resumeFrom>`. `: heartbeat` comments every SSE_HEARTBEAT_MS.';
+  'A client with more than SSE_MAX_BUFFER_BYTES waiting for its socket, or whose socket took nothing for ' +
+  'SSE_SEND_TIMEOUT_MS, gets `event: overflow` with `data: { resumeFrom }` and the stream closes: reconnect ' +
+  'with `Last-Event-ID: <resumeFrom>`. `: heartbeat` comments every SSE_HEARTBEAT_MS. Each connection is a ' +
+  'call against the rate limit; beyond SSE_MAX_STREAMS_PER_KEY or SSE_MAX_STREAMS_PER_TENANT open streams, 429.';
 
 /**
  * Where a stream starts: Last-Event-ID wins over `?from=`, since a browser reconnecting keeps
@@ -44,10 +48,30 @@ export class StreamsController {
     private readonly runLog: RunLogService,
     private readonly threads: ThreadsService,
     private readonly fanout: SseFanout,
+    private readonly slots: StreamSlots,
   ) {}
+
+  /** Streams `watch` while holding one of the caller's stream slots, freed when it closes. */
+  private async stream(
+    principal: Principal,
+    reply: FastifyReply,
+    watch: StreamWatch,
+    after: number | undefined,
+  ): Promise<void> {
+    const release = this.slots.acquire(principal);
+    reply.raw.once('close', release);
+    try {
+      await this.fanout.open(reply, watch, after);
+    } catch (error) {
+      release();
+      throw error;
+    }
+  }
 
   @Get('runs/:runId/stream')
   @RequireScope('read')
+  // One call per connection, like the thread stream: a reconnect spends from the budget.
+  @RateLimited('call')
   @ApiProduces('text/event-stream')
   @ApiOperation({
     summary: "A run's events as Server-Sent Events, then live",
@@ -62,7 +86,12 @@ export class StreamsController {
   ): Promise<void> {
     const after = streamStart(lastEventId, from);
     await this.runLog.requireRun(principal.tenantId, runId);
-    await this.fanout.open(reply, { kind: 'run', tenantId: principal.tenantId, runId }, after);
+    await this.stream(
+      principal,
+      reply,
+      { kind: 'run', tenantId: principal.tenantId, runId },
+      after,
+    );
   }
 
   @Get('threads/:threadId/stream')
@@ -89,7 +118,8 @@ export class StreamsController {
         ? undefined
         : queryInt('minPosition', minPosition, 0, 0, Number.MAX_SAFE_INTEGER);
     await this.threads.require(principal.tenantId, threadId, min);
-    await this.fanout.open(
+    await this.stream(
+      principal,
       reply,
       { kind: 'thread', tenantId: principal.tenantId, threadId },
       after,

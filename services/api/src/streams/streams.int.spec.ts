@@ -232,7 +232,8 @@ describe('SSE streams', () => {
 describe('a client whose socket backs up', () => {
   let t: TestApp;
   beforeAll(async () => {
-    t = await listening({ SSE_MAX_BUFFER: '4' });
+    // Room for four of the 64 KiB events below.
+    t = await listening({ SSE_MAX_BUFFER_BYTES: String(4 * 66 * 1024), EVENT_MAX_BYTES: '131072' });
   });
   afterAll(async () => {
     await t.close();
@@ -245,7 +246,7 @@ describe('a client whose socket backs up', () => {
     slow.res.pause();
 
     // Large events fill the kernel's socket buffers quickly; then the server's queue grows.
-    // Two events an append (fewer than SSE_MAX_BUFFER): only a socket that stopped draining
+    // Two events an append (less than SSE_MAX_BUFFER_BYTES): only a socket that stopped draining
     // lets the backlog pass the bound, not one burst.
     const text = 'x'.repeat(64 * 1024);
     const appended: number[] = [];
@@ -277,6 +278,101 @@ describe('a client whose socket backs up', () => {
     expect([...delivered, ...positions(resumed.recorded())]).toEqual(appended);
     resumed.close();
   }, 60_000);
+});
+
+describe('stream caps', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening({ SSE_MAX_STREAMS_PER_KEY: '2', SSE_MAX_STREAMS_PER_TENANT: '3' });
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  async function refusal(path: string, key: string) {
+    const reader = await SseReader.open(t.app, path, t.auth(key));
+    if (isReader(reader)) throw new Error(`${path} was not refused`);
+    return reader;
+  }
+
+  it('refuses a key its third open stream and a tenant its fourth with 429, until one closes', async () => {
+    const { runId, threadId } = await startRun(t);
+    const first = await open(t, `/v1/runs/${runId}/stream`);
+    const second = await open(t, `/v1/threads/${threadId}/stream`);
+    const byKey = await refusal(`/v1/runs/${runId}/stream`, KEYS.tenantA);
+    expect(byKey.status).toBe(429);
+    expect(byKey.body).toMatchObject({
+      error: 'too_many_streams',
+      message: expect.stringContaining('SSE_MAX_STREAMS_PER_KEY'),
+    });
+
+    // Another key of the same tenant has a slot of its own, until the tenant's cap.
+    const third = await open(t, `/v1/runs/${runId}/stream`, {}, KEYS.readerA);
+    const byTenant = await refusal(`/v1/runs/${runId}/stream`, KEYS.readerA);
+    expect(byTenant.status).toBe(429);
+    expect(byTenant.body).toMatchObject({
+      message: expect.stringContaining('SSE_MAX_STREAMS_PER_TENANT'),
+    });
+    // Another tenant is not affected.
+    const other = await startRun(t, undefined, KEYS.tenantB);
+    const foreign = await open(t, `/v1/runs/${other.runId}/stream`, {}, KEYS.tenantB);
+
+    first.close();
+    await eventually(async () => {
+      const reader = await SseReader.open(t.app, `/v1/runs/${runId}/stream`, t.auth());
+      if (!isReader(reader)) return false;
+      reader.close();
+      return true;
+    });
+    for (const reader of [second, third, foreign]) reader.close();
+  });
+
+  it('counts notification streams against the same caps', async () => {
+    const { runId } = await startRun(t);
+    const notifications = await open(t, '/v1/notifications/stream');
+    const run = await open(t, `/v1/runs/${runId}/stream`);
+    expect((await refusal('/v1/notifications/stream', KEYS.tenantA)).status).toBe(429);
+    notifications.close();
+    run.close();
+    await eventually(async () => {
+      const reader = await SseReader.open(t.app, '/v1/notifications/stream', t.auth());
+      if (!isReader(reader)) return false;
+      reader.close();
+      return true;
+    });
+  });
+
+  it('frees the slot of a stream refused before it started (unknown run)', async () => {
+    for (let i = 0; i < 3; i += 1) {
+      const missing = await refusal(`/v1/runs/run-${randomUUID()}/stream`, KEYS.tenantA);
+      expect(missing.status).toBe(404);
+    }
+    const { runId } = await startRun(t);
+    const reader = await open(t, `/v1/runs/${runId}/stream`);
+    reader.close();
+  });
+});
+
+describe('run and thread streams against the rate limit', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening({ RATE_LIMIT_CALLS: '3', RATE_LIMIT_COSTLY: '3' });
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('counts every connection of a run stream as a call: 429 with Retry-After beyond the budget', async () => {
+    const { runId } = await startRun(t);
+    const readers = [await open(t, `/v1/runs/${runId}/stream`)];
+    readers.push(await open(t, `/v1/runs/${runId}/stream`));
+    const refused = await SseReader.open(t.app, `/v1/runs/${runId}/stream`, t.auth());
+    expect(isReader(refused)).toBe(false);
+    if (isReader(refused)) return;
+    expect(refused.status).toBe(429);
+    expect(refused.headers['retry-after']).toBeDefined();
+    for (const reader of readers) reader.close();
+  });
 });
 
 describe('heartbeats and shutdown', () => {

@@ -37,7 +37,8 @@ export class ThreadDirectory {
     }
     const head = await this.log.headPosition();
     await Promise.all([this.projections.waitFor(head), this.surface.waitFor(head)]);
-    const state = this.projections.readModels.thread(tenantId, threadId);
+    // The header row only: a thread's messages are not needed to know its runs.
+    const state = this.projections.readModels.head(tenantId, threadId)?.header;
     if (state) return { status: state.status, title: state.title, runs: state.runs };
     if (this.surface.store.isBound(tenantId, threadId))
       return { status: 'idle', title: null, runs: [] };

@@ -314,7 +314,10 @@ export const contentType: fc.Arbitrary<string | undefined> = fc.constantFrom(
   undefined,
 );
 
-/** X-Runledger-User values Node's client will send (tab, printable ASCII, Latin-1 incl. C1). */
+/**
+ * X-Runledger-User values Node's client will send (tab, printable ASCII, Latin-1 incl. C1),
+ * percent-encoded UTF-8 names and broken encodings.
+ */
 export const userHeader: fc.Arbitrary<string | undefined> = fc.oneof(
   fc.constant(undefined),
   fc.constantFrom(
@@ -333,7 +336,20 @@ export const userHeader: fc.Arbitrary<string | undefined> = fc.oneof(
     '__proto__',
     'k:fake-key-id',
     'u:alice',
+    'key:0123456789abcdef',
+    encodeURIComponent('Łukasz'),
+    encodeURIComponent('Дмитрий'),
+    encodeURIComponent('田中'),
+    encodeURIComponent(' 田中 '),
+    '%E7%94',
+    '%zz',
+    '%00',
+    '%7F',
+    '%C2%85',
+    encodeURIComponent('田'.repeat(128)),
+    encodeURIComponent('田'.repeat(129)),
   ),
+  fc.string({ maxLength: 40 }).map(encodeURIComponent),
   fc.string({ maxLength: 40 }),
 );
 
@@ -401,6 +417,8 @@ export const authorization: fc.Arbitrary<string | undefined> = fc.oneof(
     arbitrary: fc.constantFrom(
       `Bearer ${KEYS.tenantB}`,
       `Bearer ${KEYS.readerA}`,
+      `Bearer ${KEYS.gatewayA}`,
+      `Bearer ${KEYS.gatewayA}`,
       `bearer ${KEYS.tenantA}`,
       `Bearer   ${KEYS.tenantA}  `,
       `Bearer\t${KEYS.tenantA}`,

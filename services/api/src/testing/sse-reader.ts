@@ -47,12 +47,20 @@ export class SseReader {
     res.on('error', done);
   }
 
-  /** Opens a stream; a non-200 answer is returned as its status and parsed JSON body. */
+  /** Opens a stream; a non-200 answer is returned as its status, headers and parsed JSON body. */
   static async open(
     app: NestFastifyApplication,
     path: string,
     headers: Record<string, string>,
-  ): Promise<SseReader | { status: number; type: string; body: Record<string, unknown> }> {
+  ): Promise<
+    | SseReader
+    | {
+        status: number;
+        type: string;
+        headers: IncomingMessage['headers'];
+        body: Record<string, unknown>;
+      }
+  > {
     const { port } = app.getHttpServer().address() as AddressInfo;
     const res = await new Promise<IncomingMessage>((resolve, reject) => {
       const req = request({ host: '127.0.0.1', port, path, headers, agent: false }, resolve);
@@ -65,6 +73,7 @@ export class SseReader {
     return {
       status: res.statusCode ?? 0,
       type: String(res.headers['content-type']),
+      headers: res.headers,
       body: JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>,
     };
   }

@@ -15,6 +15,13 @@ export const KEYS = {
   tenantB: 'key-tenant-b-0123456789',
   readerA: 'key-reader-a-0123456789',
   adminB: 'key-admin-b-0123456789',
+  /** An agent runtime: records runs, may not approve. */
+  runtimeA: 'key-runtime-a-012345678',
+  /** A trusted gateway: names the acting user in X-Runledger-User. */
+  gatewayA: 'key-gateway-a-012345678',
+  /** A key that is the user Ana. */
+  anaA: 'key-ana-a-0123456789012',
+  gatewayB: 'key-gateway-b-012345678',
 };
 
 export interface TestApp {
@@ -36,11 +43,22 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
   const dataDir = env.DATA_DIR ?? mkdtempSync(join(tmpdir(), 'runledger-http-'));
   const config = loadConfig({
     DATA_DIR: dataDir,
-    RUNLEDGER_API_KEYS: `${KEYS.tenantA}=tenant-a:append,read,admin;${KEYS.tenantB}=tenant-b:append,read;${KEYS.readerA}=tenant-a:read;${KEYS.adminB}=tenant-b:read,admin`,
+    RUNLEDGER_API_KEYS: [
+      `${KEYS.tenantA}=tenant-a:append,read,admin,approve`,
+      `${KEYS.tenantB}=tenant-b:append,read,approve`,
+      `${KEYS.readerA}=tenant-a:read`,
+      `${KEYS.adminB}=tenant-b:read,admin`,
+      `${KEYS.runtimeA}=tenant-a:append,read`,
+      `${KEYS.gatewayA}=tenant-a:append,read,approve,act-as`,
+      `${KEYS.anaA}=tenant-a:append,read,approve:Ana`,
+      `${KEYS.gatewayB}=tenant-b:append,read,approve,act-as`,
+    ].join(';'),
     // Suites drive one key far past the production budgets; limits/rate-limits.int.spec.ts
     // sets the real ones.
     RATE_LIMIT_CALLS: '100000',
     RATE_LIMIT_COSTLY: '100000',
+    RATE_LIMIT_SERVICE_CALLS: '100000',
+    RATE_LIMIT_SERVICE_COSTLY: '100000',
     ...env,
   });
   const app = await createApp(config, config.apiKeys ?? []);

@@ -1,4 +1,5 @@
-import { Controller, Get, Param, Query } from '@nestjs/common';
+import { Readable } from 'node:stream';
+import { Controller, Get, Header, Param, Query, StreamableFile } from '@nestjs/common';
 import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { ThreadStatus } from '@runledger/domain';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
@@ -6,7 +7,12 @@ import type { Principal } from '../auth/principal';
 import { ApiError } from '../http/api-error';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
-import { THREAD_STATUSES, ThreadsService } from './threads.service';
+import {
+  THREAD_PAGE_DEFAULT,
+  THREAD_PAGE_MAX,
+  THREAD_STATUSES,
+  ThreadsService,
+} from './threads.service';
 
 const MIN_POSITION_DOC =
   "Every query accepts `?minPosition=` (an append's `position`): it waits up to READ_WAIT_MS for the " +
@@ -55,17 +61,56 @@ export class ThreadsController {
 
   @Get(':threadId')
   @RequireScope('read')
+  @Header('Content-Type', 'application/json; charset=utf-8')
   @ApiOperation({
     summary:
-      'A thread: title, status, runs, AI SDK UIMessages with tool parts, pending approvals, active tools',
-    description: MIN_POSITION_DOC,
+      'A thread: title, status, runs, pending approvals, active tools, and its newest page of AI SDK UIMessages',
+    description:
+      `\`messages\` holds at most \`?limit=\` messages (default ${THREAD_PAGE_DEFAULT}, at most ${THREAD_PAGE_MAX}), ` +
+      'oldest first within the page, and stops before the page passes 1 MiB (it always holds at least one message); ' +
+      '`messageCount` counts the whole thread. `page: { limit, before, hasMore }`: ' +
+      'pass `page.before` as `?before=` for the page of older messages (null at the first message); a cursor ' +
+      'stays valid while the thread grows. ' +
+      MIN_POSITION_DOC,
   })
   view(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,
+    @Query('limit') limit?: string,
+    @Query('before') before?: string | string[],
     @Query('minPosition') min?: string,
   ) {
-    return this.threads.view(principal.tenantId, threadId, minPosition(min));
+    if (before !== undefined && typeof before !== 'string') {
+      const rule = 'before must be given once';
+      throw new ApiError(400, 'validation_failed', rule, [
+        { field: 'before', rule: 'isString', message: rule },
+      ]);
+    }
+    return this.threads.view(principal.tenantId, threadId, {
+      limit: queryInt('limit', limit, THREAD_PAGE_DEFAULT, 1, THREAD_PAGE_MAX),
+      before: before === '' ? undefined : before,
+      minPosition: minPosition(min),
+    });
+  }
+
+  @Get(':threadId/export')
+  @RequireScope('read')
+  @ApiOperation({
+    summary: "A whole thread's messages as NDJSON: one AI SDK UIMessage a line, oldest first",
+    description: MIN_POSITION_DOC,
+  })
+  async export(
+    @CurrentPrincipal() principal: Principal,
+    @Param('threadId') threadId: string,
+    @Query('minPosition') min?: string,
+  ) {
+    const pages = await this.threads.export(principal.tenantId, threadId, minPosition(min));
+    const lines = async function* () {
+      for await (const page of pages) {
+        yield page.map((message) => `${message}\n`).join('');
+      }
+    };
+    return new StreamableFile(Readable.from(lines()), { type: 'application/x-ndjson' });
   }
 
   @Get(':threadId/voice-seed')

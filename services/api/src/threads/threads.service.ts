@@ -7,16 +7,24 @@ import { Injectable } from '@nestjs/common';
 import {
   PATH_ID_PATTERN,
   threadView,
-  toolResultForVoice,
-  voiceSeed,
-  type ThreadState,
+  toolPartResult,
+  voiceSeedOf,
   type ThreadStatus,
 } from '@runledger/domain';
-import type { ThreadListItem } from '@runledger/projections';
+import type { ThreadHead, ThreadListItem } from '@runledger/projections';
 import { ApiError } from '../http/api-error';
 import { ProjectionsService } from './projections.service';
 
 export const THREAD_STATUSES: readonly ThreadStatus[] = ['running', 'blocked', 'idle', 'finished'];
+
+/** Messages in a thread page unless `?limit=` says otherwise, and the most it may say. */
+export const THREAD_PAGE_DEFAULT = 50;
+export const THREAD_PAGE_MAX = 500;
+/**
+ * A page also stops before its parts pass this many bytes (it always holds the newest
+ * message it can): a request's cost stays bounded whatever its messages hold.
+ */
+export const THREAD_PAGE_MAX_BYTES = 1024 * 1024;
 
 export interface ThreadListPage {
   threads: ThreadListItem[];
@@ -28,8 +36,51 @@ export interface ThreadListPage {
 export class ThreadsService {
   constructor(private readonly projections: ProjectionsService) {}
 
-  async view(tenantId: string, threadId: string, minPosition?: number) {
-    return threadView(await this.load(tenantId, threadId, minPosition));
+  /**
+   * The header and one page of messages (the newest, or those before a page's cursor) as the
+   * JSON body of the answer: the stored parts are spliced in, not parsed and serialized again.
+   */
+  async view(
+    tenantId: string,
+    threadId: string,
+    query: { limit: number; before?: string; minPosition?: number },
+  ): Promise<string> {
+    const before = query.before === undefined ? undefined : decodeMessageCursor(query.before);
+    const head = await this.load(tenantId, threadId, query.minPosition);
+    // Header and page are read in one turn of the event loop: no commit falls between them.
+    const page = this.projections.readModels.messagePage(
+      tenantId,
+      threadId,
+      query.limit,
+      before,
+      THREAD_PAGE_MAX_BYTES,
+    );
+    const header = JSON.stringify(
+      threadView(head.header, head.messageCount, {
+        limit: query.limit,
+        before:
+          page.hasMore && page.oldestSeq !== null ? encodeMessageCursor(page.oldestSeq) : null,
+        hasMore: page.hasMore,
+      }),
+    );
+    return `${header.slice(0, -1)},"messages":${page.json}}`;
+  }
+
+  /** Every message of the thread as JSON, oldest first, a page of rows at a time (export). */
+  async export(
+    tenantId: string,
+    threadId: string,
+    minPosition?: number,
+  ): Promise<AsyncGenerator<string[]>> {
+    await this.load(tenantId, threadId, minPosition);
+    const pages = this.projections.readModels.allMessages(tenantId, threadId);
+    return (async function* () {
+      for (const page of pages) {
+        yield page;
+        // A long thread is read between other requests, not in one stretch.
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    })();
   }
 
   async list(
@@ -51,34 +102,40 @@ export class ThreadsService {
     };
   }
 
+  /** Reads only the newest messages with words, as far back as the seed's budget goes. */
   async voiceSeed(tenantId: string, threadId: string, minPosition?: number) {
-    return voiceSeed(await this.load(tenantId, threadId, minPosition));
+    const head = await this.load(tenantId, threadId, minPosition);
+    return voiceSeedOf(
+      this.projections.readModels.messagesWithTextNewestFirst(tenantId, threadId),
+      head.header.activeTools,
+    );
   }
 
+  /** Reads the one tool part's row. */
   async toolResult(
     tenantId: string,
     threadId: string,
     toolCallId: string,
     query: { forVoice: boolean; offset: number; minPosition?: number },
   ) {
-    const result = toolResultForVoice(
-      await this.load(tenantId, threadId, query.minPosition),
-      toolCallId,
-      // Only a voice model's session bounds what it can hear; any other reader gets it whole.
-      { offset: query.offset, ...(query.forVoice ? {} : { maxChars: Number.POSITIVE_INFINITY }) },
-    );
-    if (!result) {
+    await this.load(tenantId, threadId, query.minPosition);
+    const part = this.projections.readModels.toolPart(tenantId, threadId, toolCallId);
+    if (!part) {
       throw new ApiError(
         404,
         'tool_call_not_found',
         `tool call ${toolCallId} not found in thread ${threadId}`,
       );
     }
-    return result;
+    // Only a voice model's session bounds what it can hear; any other reader gets it whole.
+    return toolPartResult(part, {
+      offset: query.offset,
+      ...(query.forVoice ? {} : { maxChars: Number.POSITIVE_INFINITY }),
+    });
   }
 
-  /** The thread's state if the tenant may see it, else 404: for routes that only need access. */
-  async require(tenantId: string, threadId: string, minPosition?: number): Promise<ThreadState> {
+  /** The thread's header if the tenant may see it, else 404: for routes that only need access. */
+  async require(tenantId: string, threadId: string, minPosition?: number): Promise<ThreadHead> {
     return this.load(tenantId, threadId, minPosition);
   }
 
@@ -86,14 +143,14 @@ export class ThreadsService {
     tenantId: string,
     threadId: string,
     minPosition?: number,
-  ): Promise<ThreadState> {
+  ): Promise<ThreadHead> {
     if (!PATH_ID_PATTERN.test(threadId)) {
       throw new ApiError(400, 'invalid_thread_id', `threadId must match ${PATH_ID_PATTERN.source}`);
     }
     await this.projections.waitFor(minPosition);
-    const state = this.projections.readModels.thread(tenantId, threadId);
-    if (!state) throw new ApiError(404, 'thread_not_found', `thread ${threadId} not found`);
-    return state;
+    const head = this.projections.readModels.head(tenantId, threadId);
+    if (!head) throw new ApiError(404, 'thread_not_found', `thread ${threadId} not found`);
+    return head;
   }
 }
 
@@ -111,4 +168,28 @@ function decodeCursor(cursor: string): { lastActivityAt: string; threadId: strin
     // Falls through to the same answer as any other cursor this service did not issue.
   }
   throw new ApiError(400, 'invalid_cursor', 'cursor must be a nextCursor from a previous page');
+}
+
+/**
+ * A page's `before` cursor: the place of its oldest message. Messages are only ever added
+ * after the newest, so a cursor stays valid however many arrive after it was issued.
+ */
+function encodeMessageCursor(seq: number): string {
+  return Buffer.from(JSON.stringify({ m: seq })).toString('base64url');
+}
+
+function decodeMessageCursor(cursor: string): number {
+  try {
+    const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    if (typeof value === 'object' && value !== null && 'm' in value) {
+      const seq = (value as { m: unknown }).m;
+      if (typeof seq === 'number' && Number.isSafeInteger(seq) && seq >= 0) return seq;
+    }
+  } catch {
+    // Falls through to the same answer as any other cursor this service did not issue.
+  }
+  const rule = 'before must be the page.before of a previous page of this thread';
+  throw new ApiError(400, 'invalid_cursor', rule, [
+    { field: 'before', rule: 'isCursor', message: rule },
+  ]);
 }

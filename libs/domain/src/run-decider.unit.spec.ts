@@ -1,0 +1,344 @@
+import type { PolicyVerdict } from './policy';
+import { inputDigest, receiptDigest, verifyReceipt } from './receipts';
+import { ChainVerifier } from './hash-chain';
+import type { RunHead } from './run-rules';
+import {
+  decideAnswer,
+  decideAppend,
+  decideConsume,
+  decideResolve,
+  decideSteer,
+  decideStop,
+  foldRunState,
+  type NewEvent,
+  type Outcome,
+  type Refusal,
+  type RunState,
+} from './run-decider';
+
+let revision = 0;
+const e = (type: string, data: Record<string, unknown>) => ({
+  type,
+  revision: revision++,
+  data,
+  metadata: { threadId: 'thread-1' },
+});
+
+describe('the command state of a run', () => {
+  beforeEach(() => {
+    revision = 0;
+  });
+
+  it('tracks the active turn, and whether it was already steered', () => {
+    const state = foldRunState([
+      e('run.started', {}),
+      e('turn.started', { turnId: 't1' }),
+      e('turn.steered', { turnId: 't1', instruction: 'x' }),
+    ]);
+    expect(state).toMatchObject({
+      activeTurnId: 't1',
+      activeTurnSteeredAt: 2,
+      revision: 2,
+      threadId: 'thread-1',
+    });
+    const next = foldRunState([
+      e('run.started', {}),
+      e('turn.started', { turnId: 't1' }),
+      e('turn.steered', { turnId: 't1', instruction: 'x' }),
+      e('turn.finished', { turnId: 't1', status: 'completed' }),
+      e('turn.started', { turnId: 't2' }),
+    ]);
+    expect(next).toMatchObject({ activeTurnId: 't2', activeTurnSteeredAt: null });
+  });
+
+  it('has no active turn once the run finished', () => {
+    const state = foldRunState([
+      e('run.started', {}),
+      e('turn.started', { turnId: 't1' }),
+      e('run.finished', { status: 'cancelled' }),
+    ]);
+    expect(state).toMatchObject({ activeTurnId: null, finished: { status: 'cancelled' } });
+  });
+
+  it('keeps the first resolution of an approval', () => {
+    const state = foldRunState([
+      e('run.started', {}),
+      e('approval.requested', { approvalId: 'a', toolCallId: 'c', toolName: 'deploy', input: {} }),
+      e('approval.resolved', {
+        approvalId: 'a',
+        decision: 'deny',
+        receipt: 'r1',
+        downgraded: true,
+      }),
+      e('approval.resolved', { approvalId: 'a', decision: 'allow', receipt: 'r2' }),
+    ]);
+    expect(state.approvals.get('a')?.resolution).toMatchObject({
+      decision: 'deny',
+      receipt: 'r1',
+      downgraded: true,
+      revision: 2,
+    });
+  });
+});
+
+/**
+ * Given/when/then over a decider, as emmett's DeciderSpecification: the run's recorded
+ * events, a decision, and the events it appends or the refusal it answers.
+ */
+function given(...history: { type: string; data: Record<string, unknown> }[]) {
+  const state = foldRunState(
+    history.map((event, i) => ({ ...event, revision: i, metadata: { threadId: 'thread-1' } })),
+  );
+  return {
+    when: <R>(decide: (state: RunState) => Outcome<R>) => {
+      const outcome = decide(state);
+      return {
+        then: (events: NewEvent[]) => {
+          expect(outcome).toMatchObject({ events });
+          return outcome as { events: NewEvent[]; result: R };
+        },
+        thenRefuses: (code: string, fields?: Record<string, unknown>) => {
+          expect(outcome).toMatchObject({ refusal: { code, ...(fields ? { fields } : {}) } });
+        },
+      };
+    },
+  };
+}
+
+const started = { type: 'run.started', data: { threadId: 'thread-1' } };
+const turn = (turnId: string) => ({ type: 'turn.started', data: { turnId } });
+const asked = (approvalId: string, toolCallId = 'call-1') => ({
+  type: 'approval.requested',
+  data: { approvalId, toolCallId, toolName: 'deploy', input: { env: 'prod' } },
+});
+const SECRET = 'a-secret-of-at-least-thirty-two-characters';
+const allowAll = (): PolicyVerdict & { revision: string } => ({
+  allowed: true,
+  revision: 'rev-1',
+});
+const resolve =
+  (decision: 'allow' | 'deny', policy = allowAll, approvalId = 'ap-1') =>
+  (state: RunState) =>
+    decideResolve(
+      {
+        tenantId: 'acme',
+        runId: 'r1',
+        approvalId,
+        decision,
+        user: 'Łukasz',
+        policy,
+        receiptId: 'rid-1',
+        expiresAt: 2_000,
+        secret: SECRET,
+      },
+      state,
+    );
+
+describe('deciders', () => {
+  describe('append', () => {
+    const batch = (...types: [string, Record<string, unknown>][]) =>
+      types.map(([type, data], i) => ({ id: `e${i}`, type, data, metadata: {} }));
+    const append = (events: ReturnType<typeof batch>, head: RunHead | null) =>
+      decideAppend({ tenantId: 'acme', runId: 'r1', events }, head);
+
+    it("starts a run: stamped with the run's context, the active turn and the hash chain", () => {
+      const outcome = append(
+        batch(['run.started', { threadId: 'thread-1' }], ['turn.started', { turnId: 't1' }]),
+        null,
+      );
+      if ('refusal' in outcome) throw new Error(outcome.refusal.message);
+      expect(outcome.events.map((e) => e.metadata)).toEqual([
+        expect.objectContaining({ tenantId: 'acme', runId: 'r1', threadId: 'thread-1' }),
+        expect.objectContaining({ threadId: 'thread-1', activeTurnId: 't1' }),
+      ]);
+      expect(outcome.events[1].metadata.prevHash).toBe(outcome.events[0].metadata.hash);
+      const verifier = new ChainVerifier('r1');
+      outcome.events.forEach((e, revision) => verifier.add({ ...e, revision }));
+      expect(verifier.verdict().verified).toBe(true);
+    });
+
+    it('refuses by the run rules: a run not started, a second turn, a finished run', () => {
+      const head = (over: Partial<RunHead>): RunHead => ({
+        revision: 3,
+        hash: 'h',
+        tenantId: 'acme',
+        threadId: 'thread-1',
+        finished: false,
+        activeTurnId: null,
+        ...over,
+      });
+      expect(append(batch(['message.added', {}]), null)).toMatchObject({
+        refusal: { code: 'run_not_found' },
+      });
+      expect(
+        append(batch(['turn.started', { turnId: 't2' }]), head({ activeTurnId: 't1' })),
+      ).toMatchObject({
+        refusal: {
+          code: 'turn_already_active',
+          fields: { activeTurnId: 't1' },
+          details: { index: 0 },
+        },
+      });
+      expect(append(batch(['message.added', {}]), head({ finished: true }))).toMatchObject({
+        refusal: { code: 'run_finished' },
+      });
+    });
+  });
+
+  describe('steer', () => {
+    const steer = (expectedTurnId: string) => (state: RunState) =>
+      decideSteer({ runId: 'r1', expectedTurnId, instruction: 'narrower' }, state);
+
+    it('steers the active turn', () => {
+      given(started, turn('t1'))
+        .when(steer('t1'))
+        .then([{ type: 'turn.steered', data: { turnId: 't1', instruction: 'narrower' } }]);
+    });
+
+    it('refuses another turn, or none, naming the active one', () => {
+      given(started, turn('t1')).when(steer('t0')).thenRefuses('turn_not_active', {
+        activeTurnId: 't1',
+      });
+      given(started).when(steer('t1')).thenRefuses('turn_not_active', { activeTurnId: null });
+    });
+
+    it('steers a turn once: a second steer is a conflict', () => {
+      given(started, turn('t1'), { type: 'turn.steered', data: { turnId: 't1' } })
+        .when(steer('t1'))
+        .thenRefuses('steer_conflict', { activeTurnId: 't1', steeredAtRevision: 2 });
+    });
+  });
+
+  describe('stop', () => {
+    it('finishes the run as cancelled, with the reason when given', () => {
+      given(started)
+        .when((s) => decideStop({ runId: 'r1', reason: 'user hung up' }, s))
+        .then([{ type: 'run.finished', data: { status: 'cancelled', reason: 'user hung up' } }]);
+    });
+
+    it('refuses a finished run, naming its status', () => {
+      given(started, { type: 'run.finished', data: { status: 'completed' } })
+        .when((s) => decideStop({ runId: 'r1' }, s))
+        .thenRefuses('run_finished', { status: 'completed' });
+    });
+  });
+
+  describe('resolve', () => {
+    it('records the decision with the receipt id and digest, and answers the token', () => {
+      const outcome = given(started, asked('ap-1'))
+        .when(resolve('allow'))
+        .then([
+          {
+            type: 'approval.resolved',
+            data: { approvalId: 'ap-1', decision: 'allow', receipt: 'rid-1', decidedBy: 'Łukasz' },
+          },
+        ]);
+      const token = outcome.result.receipt;
+      expect(outcome.events[0].data.receiptDigest).toBe(receiptDigest(token));
+      expect(JSON.stringify(outcome.events)).not.toContain(token);
+      expect(verifyReceipt(token, SECRET, 1_000)).toMatchObject({
+        ok: true,
+        claims: { rid: 'rid-1', toolCallId: 'call-1', user: 'Łukasz', thread: 'thread-1' },
+      });
+    });
+
+    it('downgrades an allow the policy forbids now to a one-time deny', () => {
+      const forbid = () => ({ allowed: false as const, rule: 'default.deny', revision: 'rev-2' });
+      given(started, asked('ap-1'))
+        .when(resolve('allow', forbid))
+        .then([
+          {
+            type: 'approval.resolved',
+            data: { decision: 'deny', downgraded: true, policyRevision: 'rev-2' },
+          },
+        ]);
+    });
+
+    it('refuses a second resolution, reporting the first without its receipt', () => {
+      given(started, asked('ap-1'), {
+        type: 'approval.resolved',
+        data: { approvalId: 'ap-1', decision: 'deny', receipt: 'rid-0', decidedBy: 'Ana' },
+      })
+        .when(resolve('allow'))
+        .thenRefuses('already_resolved', {
+          resolution: expect.not.objectContaining({ receipt: expect.anything() }),
+        });
+    });
+
+    it('refuses an unknown approval, and any approval of a finished run', () => {
+      given(started).when(resolve('allow')).thenRefuses('approval_not_found');
+      given(started, asked('ap-1'), { type: 'run.finished', data: { status: 'failed' } })
+        .when(resolve('allow'))
+        .thenRefuses('run_finished');
+    });
+  });
+
+  describe('answer', () => {
+    const pending = (approvalId: string) => ({ approvalId, runId: 'r1', toolName: 'deploy' });
+
+    it('answers the only pending approval', () => {
+      expect(decideAnswer('thread-1', [pending('a')])).toEqual({ target: pending('a') });
+    });
+
+    it('refuses none, and lists at most four of several', () => {
+      expect(decideAnswer('thread-1', [])).toMatchObject({
+        refusal: { code: 'no_pending_approval' },
+      });
+      const many = decideAnswer('thread-1', ['a', 'b', 'c', 'd', 'e'].map(pending));
+      expect(many).toMatchObject({ refusal: { code: 'ambiguous', fields: { pendingCount: 5 } } });
+      expect((many as { refusal: Refusal }).refusal.fields?.pending).toHaveLength(4);
+    });
+  });
+
+  describe('consume', () => {
+    function consumeAfter(
+      history: { type: string; data: Record<string, unknown> }[],
+      overrides: { user?: string; policyAllows?: boolean } = {},
+    ) {
+      const resolution = given(started, asked('ap-1'))
+        .when(resolve('allow'))
+        .then([{ type: 'approval.resolved', data: {} }]);
+      const token = resolution.result.receipt;
+      const check = verifyReceipt(token, SECRET, 1_000);
+      if (!check.ok) throw new Error('the receipt does not verify');
+      return given(started, asked('ap-1'), resolution.events[0], ...history).when((s) =>
+        decideConsume(
+          {
+            claims: check.claims,
+            attempt: {
+              toolName: 'deploy',
+              inputDigest: inputDigest({ env: 'prod' }),
+              user: overrides.user ?? 'Łukasz',
+              receipt: token,
+            },
+            policyAllows: () => overrides.policyAllows ?? true,
+          },
+          s,
+        ),
+      );
+    }
+
+    it('consumes a receipt while what it is bound to holds', () => {
+      consumeAfter([]).then([
+        { type: 'receipt.consumed', data: { approvalId: 'ap-1', consumedBy: 'Łukasz' } },
+      ]);
+    });
+
+    it('refuses after the run finished or was stopped', () => {
+      consumeAfter([{ type: 'run.finished', data: { status: 'cancelled' } }]).thenRefuses(
+        'receipt_refused',
+        { reason: 'run_finished' },
+      );
+    });
+
+    it('refuses another user, a policy that no longer allows the tool, a superseded approval', () => {
+      consumeAfter([], { user: 'Дмитрий' }).thenRefuses('receipt_refused', {
+        reason: 'user_mismatch',
+      });
+      consumeAfter([], { policyAllows: false }).thenRefuses('receipt_refused', {
+        reason: 'policy_forbids',
+      });
+      consumeAfter([asked('ap-2')]).thenRefuses('receipt_refused', { reason: 'superseded' });
+    });
+  });
+});

@@ -1,0 +1,263 @@
+/**
+ * The one log follower (the shape of Emmett's processors and Eventuous's subscriptions):
+ * subscribe from a checkpoint, gather events into batches, hand each batch to a handler,
+ * yield the event loop while catching up, and wake whoever waits for a position.
+ *
+ * The handler owns its checkpoint: it commits a batch's work and the batch's last position
+ * together (one transaction, an acknowledged publish), so a crash replays at most the batch
+ * in flight. Batches are handled one at a time, in position order.
+ */
+import type { EventStoreReader, RecordedEvent, Subscription } from './event-store.port';
+
+export interface BatchHandler {
+  /** The position the handler has durably passed (0: nothing yet); read at `start()`. */
+  checkpoint(): number;
+  /**
+   * Handles a batch (position order) and commits its checkpoint with it. May take several
+   * turns of the event loop; a throw stops the processor, nothing of the batch counted.
+   */
+  handle(batch: readonly RecordedEvent[]): Promise<void> | void;
+}
+
+export interface ProcessorObserver {
+  /** After each handled batch: how many events, the new position, the last event's time. */
+  committed(events: number, position: number, lastRecordedAt: string): void;
+  /** A batch the handler could not handle (or a lost subscription); the processor stops. */
+  failed(error: unknown, position: number): void;
+  /** The subscription failed and is opened again after `retryInMs` (with `resubscribeMs`). */
+  resubscribing?(error: unknown, position: number, retryInMs: number): void;
+}
+
+export interface ProcessorOptions {
+  /** Only streams whose name starts with this. */
+  streamPrefix?: string;
+  /** Most events per batch. */
+  batchSize?: number;
+  /** Longest a batch gathers before it is handled, so readers see progress while catching up. */
+  maxBatchMs?: number;
+  /**
+   * Waits before resubscribing after the subscription failed, the last repeated; without
+   * them a failed subscription stops the processor.
+   */
+  resubscribeMs?: readonly number[];
+}
+
+/** Events taken from the subscription between two turns of the event loop. */
+const YIELD_EVERY = 500;
+
+export class PositionNotReachedError extends Error {
+  constructor(
+    readonly position: number,
+    readonly minPosition: number,
+  ) {
+    super(`the processor is at position ${position}, not yet at ${minPosition}`);
+    this.name = 'PositionNotReachedError';
+  }
+}
+
+export class CheckpointedProcessor {
+  private position = 0;
+  /** The last event taken from the subscription (handled or waiting in a batch). */
+  private taken = 0;
+  private stopped = true;
+  private subscription: Subscription | null = null;
+  private wakeRetry: (() => void) | null = null;
+  private running: Promise<void> | null = null;
+  private batch: RecordedEvent[] = [];
+  private batchStartedAt = 0;
+  private handling: Promise<void> = Promise.resolve();
+  private idleScheduled = false;
+  private yielding = false;
+  private failure: unknown = null;
+  private readonly waiters = new Set<{ min: number; resolve: () => void }>();
+  private readonly batchSize: number;
+  private readonly maxBatchMs: number;
+
+  constructor(
+    private readonly log: EventStoreReader,
+    private readonly handler: BatchHandler,
+    private readonly observer: ProcessorObserver,
+    private readonly options: ProcessorOptions = {},
+  ) {
+    this.batchSize = options.batchSize ?? 1000;
+    this.maxBatchMs = options.maxBatchMs ?? 100;
+    this.position = handler.checkpoint();
+  }
+
+  /** Position of the last event handled. */
+  current(): number {
+    return this.position;
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.failure = null;
+    this.stopped = false;
+    this.position = this.handler.checkpoint();
+    this.taken = this.position;
+    this.running = this.run();
+  }
+
+  /** Stops following; the batch gathered so far is handled first. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.wakeRetry?.();
+    await this.subscription?.close();
+    await this.running;
+    this.subscription = null;
+    this.running = null;
+    await this.flush();
+  }
+
+  private async run(): Promise<void> {
+    const waits = this.options.resubscribeMs ?? [];
+    for (let failures = 0; !this.stopped && this.failure === null; failures += 1) {
+      const subscription = this.log.subscribeToAll({
+        fromPosition: this.taken === 0 ? 'start' : this.taken,
+        streamPrefix: this.options.streamPrefix,
+      });
+      this.subscription = subscription;
+      const before = this.taken;
+      const error = await this.follow(subscription);
+      if (error === null || this.stopped) return;
+      if (waits.length === 0) {
+        this.fail(error);
+        return;
+      }
+      if (this.taken > before) failures = 0;
+      const wait = waits[Math.min(failures, waits.length - 1)];
+      this.observer.resubscribing?.(error, this.taken, wait);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, wait);
+        timer.unref();
+        this.wakeRetry = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wakeRetry = null;
+    }
+  }
+
+  /**
+   * Resolves once the processor has passed `minPosition`; rejects after `timeoutMs`. With a
+   * stream prefix, a position of another stream counts as passed once the last event of
+   * the followed streams before it is handled.
+   */
+  async waitFor(minPosition: number, timeoutMs: number): Promise<void> {
+    if (this.position >= minPosition) return;
+    const deadline = Date.now() + timeoutMs;
+    const target = await this.positionToPass(minPosition);
+    if (this.position >= target) return;
+    await new Promise<void>((resolve, reject) => {
+      const waiter = {
+        min: target,
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+      };
+      const timer = setTimeout(
+        () => {
+          this.waiters.delete(waiter);
+          reject(new PositionNotReachedError(this.position, minPosition));
+        },
+        Math.max(0, deadline - Date.now()),
+      );
+      this.waiters.add(waiter);
+    });
+  }
+
+  /**
+   * The event the processor must handle to have passed `minPosition`: the last followed one
+   * at or before it, or `minPosition` itself while the log has not reached it. The log head
+   * is read first: every event up to it is already written.
+   */
+  private async positionToPass(minPosition: number): Promise<number> {
+    const head = await this.log.headPosition();
+    if (minPosition > head || this.options.streamPrefix === undefined) return minPosition;
+    const followedHead = await this.log.headPosition({ streamPrefix: this.options.streamPrefix });
+    return Math.min(minPosition, followedHead);
+  }
+
+  /** Follows until the subscription ends (null) or fails (its error). */
+  private async follow(subscription: Subscription): Promise<unknown> {
+    let sinceYield = 0;
+    try {
+      for await (const event of subscription) {
+        if (this.failure !== null) return null;
+        if (this.batch.length === 0) this.batchStartedAt = Date.now();
+        this.batch.push(event);
+        this.taken = event.position;
+        if (
+          this.batch.length >= this.batchSize ||
+          Date.now() - this.batchStartedAt >= this.maxBatchMs
+        ) {
+          // Back-pressure: no more is read while a full batch waits for its handler.
+          await this.flush();
+        } else {
+          this.scheduleIdleFlush();
+        }
+        sinceYield += 1;
+        if (sinceYield >= YIELD_EVERY) {
+          // A catch-up read never waits on I/O; yield so HTTP and health checks are served.
+          sinceYield = 0;
+          this.yielding = true;
+          await new Promise((resolve) => setImmediate(resolve));
+          this.yielding = false;
+        }
+      }
+      return null;
+    } catch (error) {
+      return error;
+    }
+  }
+
+  /** Handles the gathered batch once the subscription waits for new events: the log is quiet. */
+  private scheduleIdleFlush(): void {
+    if (this.idleScheduled) return;
+    this.idleScheduled = true;
+    setImmediate(() => {
+      this.idleScheduled = false;
+      // Our own yield is not quiet: look again after it, or the batch would wait for the next event.
+      if (this.yielding) this.scheduleIdleFlush();
+      else void this.flush();
+    });
+  }
+
+  /** Queues the gathered batch behind the one being handled; resolves when it is handled. */
+  private flush(): Promise<void> {
+    if (this.batch.length === 0) return this.handling;
+    const batch = this.batch;
+    this.batch = [];
+    this.handling = this.handling.then(() => this.handleBatch(batch));
+    return this.handling;
+  }
+
+  private async handleBatch(batch: RecordedEvent[]): Promise<void> {
+    if (this.failure !== null) return;
+    try {
+      await this.handler.handle(batch);
+    } catch (error) {
+      this.fail(error);
+      void this.subscription?.close();
+      return;
+    }
+    const last = batch[batch.length - 1];
+    this.position = last.position;
+    this.observer.committed(batch.length, this.position, last.recordedAt);
+    for (const waiter of this.waiters) {
+      if (this.position >= waiter.min) {
+        this.waiters.delete(waiter);
+        waiter.resolve();
+      }
+    }
+  }
+
+  private fail(error: unknown): void {
+    if (this.failure !== null) return;
+    this.failure = error;
+    this.batch = [];
+    this.observer.failed(error, this.position);
+  }
+}

@@ -1,0 +1,413 @@
+/**
+ * What a request may cost before and while its body is read, through the listening app:
+ * the key is checked before the body (401 with the body unsent), limits by scope, the
+ * declared length, chunked bodies, the JSON's shape, capped problem lists and the number
+ * of large bodies read at once. Each refusal writes nothing.
+ */
+import { randomUUID } from 'node:crypto';
+import { connect } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
+
+async function listening(env: Record<string, string> = {}): Promise<TestApp> {
+  const app = await startTestApp(env);
+  await app.app.listen(0, '127.0.0.1');
+  return app;
+}
+
+interface RawAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/**
+ * Sends `head` (request line and headers) and then `body`, on a socket of its own, and
+ * resolves with the first answer: a server that answers before the body is complete is
+ * seen doing so, since the rest of a declared body is never sent.
+ */
+function rawRequest(t: TestApp, head: string, body = ''): Promise<RawAnswer> {
+  const { port } = t.app.getHttpServer().address() as AddressInfo;
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let received = '';
+    const done = () => {
+      const end = received.indexOf('\r\n\r\n');
+      if (end < 0) return false;
+      const [statusLine, ...lines] = received.slice(0, end).split('\r\n');
+      const headers = Object.fromEntries(
+        lines.map((line) => {
+          const colon = line.indexOf(':');
+          return [line.slice(0, colon).toLowerCase(), line.slice(colon + 1).trim()];
+        }),
+      );
+      const length = Number(headers['content-length'] ?? NaN);
+      const rest = received.slice(end + 4);
+      if (!Number.isFinite(length) || Buffer.byteLength(rest) < length) return false;
+      socket.destroy();
+      resolve({ status: Number(statusLine.split(' ')[1]), headers, body: rest });
+      return true;
+    };
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => {
+      received += chunk;
+      done();
+    });
+    socket.on('error', (error) => {
+      if (!done()) reject(error);
+    });
+    socket.on('close', () => {
+      if (!done()) reject(new Error(`connection closed after ${JSON.stringify(received)}`));
+    });
+    socket.write(`${head}\r\n\r\n`);
+    if (body !== '') socket.write(body);
+  });
+}
+
+function post(path: string, headers: Record<string, string | number>): string {
+  return [
+    `POST ${path} HTTP/1.1`,
+    'Host: 127.0.0.1',
+    'Content-Type: application/json',
+    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+  ].join('\r\n');
+}
+
+async function startRun(t: TestApp): Promise<string> {
+  const runId = `run-${randomUUID()}`;
+  const res = await t
+    .http()
+    .post(`/v1/runs/${runId}/events`)
+    .set(t.auth())
+    .send({
+      events: [
+        { type: 'run.started', data: { threadId: `t-${runId}`, agent: 'a', source: 'api' } },
+      ],
+    });
+  expect(res.status).toBe(201);
+  return runId;
+}
+
+/** Events of the run other than the server's append.rejected markers. */
+async function eventCount(t: TestApp, runId: string): Promise<number> {
+  const res = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
+  return (res.body.events as { type: string }[]).filter((e) => e.type !== 'append.rejected').length;
+}
+
+describe('authentication before the body', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening();
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('answers 401 to a request without a key while its body is still unsent', async () => {
+    const answer = await rawRequest(
+      t,
+      post(`/v1/runs/run-${randomUUID()}/events`, { 'Content-Length': 16 * 1024 * 1024 }),
+      '{"events":[',
+    );
+    expect(answer.status).toBe(401);
+    expect(answer.headers['www-authenticate']).toBe('Bearer');
+    expect(JSON.parse(answer.body)).toEqual({
+      error: 'unauthorized',
+      message: 'send Authorization: Bearer <api key>',
+    });
+  });
+
+  it('tells a client that asks first (Expect: 100-continue) to send its body only with a key', async () => {
+    const runId = await startRun(t);
+    const path = `/v1/runs/${runId}/events`;
+    const stranger = await rawRequest(
+      t,
+      post(path, { 'Content-Length': 5000, Expect: '100-continue' }),
+    );
+    expect(stranger.status).toBe(401);
+
+    const { port } = t.app.getHttpServer().address() as AddressInfo;
+    const body = JSON.stringify({
+      events: [
+        { type: 'message.added', data: { messageId: 'm', role: 'user', text: 'asked first' } },
+      ],
+    });
+    const socket = connect(port, '127.0.0.1');
+    socket.setEncoding('utf8');
+    let received = '';
+    const continued = new Promise<void>((resolve) => {
+      socket.on('data', (chunk: string) => {
+        received += chunk;
+        if (received.startsWith('HTTP/1.1 100 Continue\r\n\r\n')) resolve();
+      });
+    });
+    socket.write(
+      `${post(path, {
+        'Content-Length': Buffer.byteLength(body),
+        Expect: '100-continue',
+        Authorization: `Bearer ${KEYS.tenantA}`,
+      })}\r\n\r\n`,
+    );
+    await continued;
+    socket.write(body);
+    while (!/HTTP\/1\.1 201/.test(received))
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    socket.destroy();
+    expect(await eventCount(t, runId)).toBe(2);
+  });
+
+  it('answers 401 to an unknown key the same way, on every kind of route', async () => {
+    for (const path of ['/v1/threads', '/v1/runs/r/steer', '/v1/admin/mirror/parked/e/retry']) {
+      const answer = await rawRequest(
+        t,
+        post(path, { 'Content-Length': 1000, Authorization: 'Bearer not-a-key' }),
+      );
+      expect(answer.status).toBe(401);
+      expect(JSON.parse(answer.body)).toMatchObject({ message: 'the API key is not recognised' });
+    }
+  });
+
+  it('keeps the probes, the metrics and the API docs public', async () => {
+    for (const path of ['/health/live', '/health/ready', '/metrics', '/docs-json', '/docs']) {
+      expect([path, (await t.http().get(path)).status]).toEqual([path, 200]);
+    }
+  });
+
+  it('still decides scopes in the guard: a read-only key is 403 on append', async () => {
+    const res = await t
+      .http()
+      .post(`/v1/runs/run-${randomUUID()}/events`)
+      .set(t.auth(KEYS.readerA))
+      .send({ events: [] });
+    expect(res.status).toBe(403);
+  });
+});
+
+describe('body limits', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening({
+      BODY_MAX_BYTES: String(256 * 1024),
+      EVENT_MAX_BYTES: String(64 * 1024),
+      SMALL_BODY_MAX_BYTES: '4096',
+      JSON_MAX_KEYS: '1000',
+      JSON_MAX_OBJECT_KEYS: '600',
+      JSON_MAX_ITEMS: '5000',
+    });
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('refuses a declared length over the limit 413 before reading it; nothing is written', async () => {
+    const runId = await startRun(t);
+    const answer = await rawRequest(
+      t,
+      post(`/v1/runs/${runId}/events`, {
+        'Content-Length': 99_999_999_999,
+        Authorization: `Bearer ${KEYS.tenantA}`,
+      }),
+    );
+    expect(answer.status).toBe(413);
+    expect(JSON.parse(answer.body)).toMatchObject({
+      error: 'body_too_large',
+      limitBytes: 256 * 1024,
+    });
+  });
+
+  it('gives routes that do not need append the small limit (SMALL_BODY_MAX_BYTES)', async () => {
+    const big = { pad: 'x'.repeat(8 * 1024) };
+    const small = await t
+      .http()
+      .post('/v1/admin/mirror/parked/some-event/retry')
+      .set(t.auth())
+      .send(big);
+    expect(small.status).toBe(413);
+    expect(small.body).toMatchObject({ error: 'body_too_large', limitBytes: 4096 });
+    // The append route takes the same body (and refuses it for its content, not its size).
+    const append = await t
+      .http()
+      .post(`/v1/runs/run-${randomUUID()}/events`)
+      .set(t.auth())
+      .send(big);
+    expect(append.status).toBe(400);
+  });
+
+  it('counts a chunked body as it arrives and refuses it at the limit', async () => {
+    const runId = await startRun(t);
+    const before = await eventCount(t, runId);
+    const chunk = `{"events":[{"type":"message.added","data":{"messageId":"m","role":"user","text":"${'y'.repeat(300 * 1024)}"}}]}`;
+    const answer = await rawRequest(
+      t,
+      post(`/v1/runs/${runId}/events`, {
+        'Transfer-Encoding': 'chunked',
+        Authorization: `Bearer ${KEYS.tenantA}`,
+      }),
+      `${Buffer.byteLength(chunk).toString(16)}\r\n${chunk}\r\n0\r\n\r\n`,
+    );
+    expect(answer.status).toBe(413);
+    expect(await eventCount(t, runId)).toBe(before);
+  });
+
+  it.each([
+    ['maxDepth', () => `{"events":${'['.repeat(100)}${']'.repeat(100)}}`, /nested deeper than 68/],
+    [
+      'maxObjectKeys',
+      () => JSON.stringify({ events: [{ type: 'message.added', data: keys(601) }] }),
+      /more than 600 members \(JSON_MAX_OBJECT_KEYS\)/,
+    ],
+    [
+      'maxKeys',
+      () =>
+        JSON.stringify({
+          events: [1, 2].map(() => ({ type: 'message.added', data: keys(550) })),
+        }),
+      /more than 1000 object members \(JSON_MAX_KEYS\)/,
+    ],
+    [
+      'maxItems',
+      () => JSON.stringify({ events: [{ type: 'x', data: { list: Array(6000).fill(0) } }] }),
+      /more than 5000 values/,
+    ],
+  ])(
+    'refuses a body past %s 400 before parsing it, naming the rule',
+    async (rule, body, message) => {
+      const runId = await startRun(t);
+      const before = await eventCount(t, runId);
+      const res = await t
+        .http()
+        .post(`/v1/runs/${runId}/events`)
+        .set({ ...t.auth(), 'Content-Type': 'application/json' })
+        .send(body());
+      expect(res.status).toBe(400);
+      expect(res.body).toMatchObject({
+        error: 'validation_failed',
+        message: expect.stringMatching(message),
+        details: [{ field: 'body', rule }],
+      });
+      expect(await eventCount(t, runId)).toBe(before);
+    },
+  );
+
+  it('lists the first 100 problems and counts them all', async () => {
+    const runId = await startRun(t);
+    const res = await t
+      .http()
+      .post(`/v1/runs/${runId}/events`)
+      .set(t.auth())
+      .send({ events: [{ type: 'message.added', data: keys(500) }] });
+    expect(res.status).toBe(400);
+    expect(res.body.details).toHaveLength(100);
+    // 500 unknown keys, and the three required fields missing.
+    expect(res.body.problemCount).toBeGreaterThanOrEqual(500);
+    expect(res.body.message).toMatch(/the first 100 of \d+ problems are listed/);
+    expect(JSON.stringify(res.body).length).toBeLessThan(20_000);
+    expect(await eventCount(t, runId)).toBe(1);
+  });
+
+  it('still refuses a __proto__ key 400', async () => {
+    const res = await t
+      .http()
+      .post(`/v1/runs/run-${randomUUID()}/events`)
+      .set({ ...t.auth(), 'Content-Type': 'application/json' })
+      .send('{"events":[],"__proto__":{"polluted":true}}');
+    expect(res.status).toBe(400);
+  });
+});
+
+describe('large bodies at once', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening({ LARGE_BODY_BYTES: '2048', LARGE_BODY_CONCURRENCY: '1' });
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('reads LARGE_BODY_CONCURRENCY of them; beyond, 503 with Retry-After, unread', async () => {
+    const runId = await startRun(t);
+    const { port } = t.app.getHttpServer().address() as AddressInfo;
+    // The first large body arrives slowly and holds the one slot.
+    const slow = connect(port, '127.0.0.1');
+    const text = 'z'.repeat(4000);
+    const body = JSON.stringify({
+      events: [{ type: 'message.added', data: { messageId: 'm1', role: 'user', text } }],
+    });
+    const slowAnswer = new Promise<string>((resolve) => {
+      let received = '';
+      slow.setEncoding('utf8');
+      slow.on('data', (chunk: string) => {
+        received += chunk;
+        if (received.includes('\r\n\r\n')) resolve(received);
+      });
+    });
+    slow.write(
+      `${post(`/v1/runs/${runId}/events`, {
+        'Content-Length': Buffer.byteLength(body),
+        Authorization: `Bearer ${KEYS.tenantA}`,
+      })}\r\n\r\n${body.slice(0, 100)}`,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 100));
+
+    const refused = await rawRequest(
+      t,
+      post(`/v1/runs/${runId}/events`, {
+        'Content-Length': 5000,
+        Authorization: `Bearer ${KEYS.tenantA}`,
+      }),
+    );
+    expect(refused.status).toBe(503);
+    expect(refused.headers['retry-after']).toBe('1');
+    expect(JSON.parse(refused.body)).toMatchObject({
+      error: 'busy',
+      message: expect.stringContaining('LARGE_BODY_CONCURRENCY'),
+    });
+    // A small body is not held up.
+    expect((await t.http().get('/v1/threads').set(t.auth())).status).toBe(200);
+
+    slow.write(body.slice(100));
+    expect(await slowAnswer).toMatch(/^HTTP\/1.1 201/);
+    slow.destroy();
+    const after = await t
+      .http()
+      .post(`/v1/runs/${runId}/events`)
+      .set(t.auth())
+      .send(JSON.parse(body.replace('"m1"', '"m2"')));
+    expect(after.status).toBe(201);
+  });
+});
+
+describe('process guards', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening({ HTTP_REQUEST_TIMEOUT_MS: '1500', HTTP_HEADERS_TIMEOUT_MS: '1000' });
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('answers 408 and closes a request whose body stops arriving (HTTP_REQUEST_TIMEOUT_MS)', async () => {
+    const answer = await rawRequest(
+      t,
+      post(`/v1/runs/run-${randomUUID()}/events`, {
+        'Content-Length': 1000,
+        Authorization: `Bearer ${KEYS.tenantA}`,
+      }),
+      '{"events":[',
+    );
+    expect(answer.status).toBe(408);
+  });
+
+  it('reports the event-loop delay since the last scrape', async () => {
+    const text = (await t.http().get('/metrics')).text as string;
+    for (const stat of ['max', 'p99', 'mean']) {
+      expect(text).toMatch(
+        new RegExp(`^runledger_event_loop_delay_seconds\\{stat="${stat}"\\} [0-9.e-]+$`, 'm'),
+      );
+    }
+  });
+});
+
+function keys(n: number): Record<string, number> {
+  return Object.fromEntries(Array.from({ length: n }, (_, i) => [`unknown${i}`, i]));
+}

@@ -1,0 +1,248 @@
+/**
+ * What a request body may cost, decided before and while it is read (docs/limits.md):
+ *
+ * - **A limit by scope.** Routes that need the append scope take up to BODY_MAX_BYTES (an
+ *   oversize event must reach the size gate to be reduced); every other route takes up to
+ *   SMALL_BODY_MAX_BYTES. A declared Content-Length above the limit is refused 413 before a
+ *   byte is read; a chunked body is counted as it arrives and refused at the limit.
+ * - **Few large bodies at once.** A body that may pass LARGE_BODY_BYTES (declared so, or
+ *   chunked on a route that allows it) takes one of LARGE_BODY_CONCURRENCY slots until its
+ *   response is sent; with none free it is refused 503 unread. Parsing and validating a
+ *   large body is what can hold the event loop, so this bounds how much of it can pile up.
+ * - **The JSON's shape, before parsing.** The bytes are scanned as they arrive for nesting,
+ *   keys and values (JsonShapeScanner); past a limit the body is refused 400 without being
+ *   parsed. JSON.parse then runs once, on a text whose cost is known to be bounded.
+ *
+ * Authentication has already happened (auth/authenticate.hook.ts): a stranger's body never
+ * gets this far. A client that asks first (`Expect: 100-continue`) is told to send its body
+ * only once the key and these limits let it through.
+ */
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { MAX_JSON_DEPTH } from '@runledger/domain';
+import { routeAccess } from '../auth/access.decorators';
+import type { AppConfig } from '../config/config';
+import { ApiError } from './api-error';
+import { JsonShapeScanner, type JsonShapeLimits, type JsonShapeProblem } from './json-shape';
+
+/**
+ * The domain caps a value's nesting at MAX_JSON_DEPTH (and names the field past it); the
+ * append envelope (body, events, event, data) sits on top of the deepest value it carries.
+ */
+export const BODY_MAX_DEPTH = MAX_JSON_DEPTH + 4;
+
+/**
+ * How long a connection stays open, discarding, after a refusal sent before its body was
+ * read. Closing at once would make the client's next write meet a reset, and a reset can
+ * discard the refusal before the client reads it: nginx calls this a lingering close.
+ */
+export const UNREAD_BODY_LINGER_MS = 1000;
+
+/**
+ * After `reply` is sent, the rest of the request's body is read and discarded (node:http's
+ * own behaviour) for at most UNREAD_BODY_LINGER_MS; a body still arriving then is cut off
+ * with its connection. A body that ends in time leaves the connection usable.
+ */
+export function lingerUnread(request: FastifyRequest, reply: FastifyReply): void {
+  if (request.raw.complete) return;
+  // Fastify asks for an immediate close after a body parser's error: this replaces it.
+  void reply.removeHeader('connection');
+  reply.raw.once('finish', () => {
+    if (request.raw.complete) return;
+    const { socket } = request.raw;
+    const timer = setTimeout(() => socket.destroy(), UNREAD_BODY_LINGER_MS);
+    timer.unref();
+    request.raw.once('end', () => clearTimeout(timer));
+    socket.once('close', () => clearTimeout(timer));
+    // A parser that stopped reading left the stream paused: discard the rest.
+    request.raw.resume();
+  });
+}
+
+/** Whether the request carries a body: a positive Content-Length, or chunked. */
+export function hasBody(request: FastifyRequest): boolean {
+  const { headers } = request;
+  if (headers['transfer-encoding'] !== undefined) return true;
+  const declared = Number(headers['content-length']);
+  return Number.isFinite(declared) && declared > 0;
+}
+
+/** The Content-Length when the request declares one (not chunked). */
+function declaredLength(request: FastifyRequest): number | undefined {
+  if (request.headers['transfer-encoding'] !== undefined) return undefined;
+  const declared = Number(request.headers['content-length']);
+  return Number.isSafeInteger(declared) && declared >= 0 ? declared : undefined;
+}
+
+export function bodyTooLarge(limitBytes: number, declaredBytes?: number): ApiError {
+  const what =
+    declaredBytes === undefined
+      ? 'the request body passed'
+      : `the request body declares ${declaredBytes} bytes, over`;
+  return new ApiError(
+    413,
+    'body_too_large',
+    `${what} this route's limit of ${limitBytes} bytes; it was not read and nothing was done`,
+    undefined,
+    { limitBytes },
+  );
+}
+
+const SHAPE_MESSAGES: Record<JsonShapeProblem['rule'], (limit: number) => string> = {
+  maxDepth: (limit) => `the body is nested deeper than ${limit} levels`,
+  maxKeys: (limit) => `the body holds more than ${limit} object members (JSON_MAX_KEYS)`,
+  maxObjectKeys: (limit) =>
+    `an object in the body has more than ${limit} members (JSON_MAX_OBJECT_KEYS)`,
+  maxItems: (limit) =>
+    `the body holds more than ${limit} values, array elements and object members (JSON_MAX_ITEMS)`,
+};
+
+function shapeRefusal(problem: JsonShapeProblem): ApiError {
+  const message = `${SHAPE_MESSAGES[problem.rule](problem.limit)}; it was not parsed and nothing was done`;
+  return new ApiError(400, 'validation_failed', message, [
+    { field: 'body', rule: problem.rule, message },
+  ]);
+}
+
+/**
+ * node:http's answer to bytes that are not a request (Fastify's default, but for one case).
+ * Requests are now answered as soon as they are routed, some before their body was read;
+ * a client that sends a body without framing (no Content-Length, not chunked) then has that
+ * body parsed as a next request. Once anything was written on a connection, a second answer
+ * could land inside the first as the client reads it, so the connection is only closed.
+ */
+export function answerClientError(error: Error & { code?: string }, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  if (socket.writable && socket.bytesWritten === 0) {
+    const status =
+      error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? 408
+        : error.code === 'HPE_HEADER_OVERFLOW'
+          ? 431
+          : 400;
+    const message =
+      status === 408
+        ? 'Client Timeout'
+        : status === 431
+          ? 'Exceeded maximum allowed HTTP header size'
+          : 'Client Error';
+    const body = JSON.stringify({ error: STATUS_CODES[status], message, statusCode: status });
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${body.length}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(error);
+}
+
+/** At most `capacity` holders at once; a release is safe to call twice. */
+class Slots {
+  private taken = 0;
+
+  constructor(private readonly capacity: number) {}
+
+  take(): (() => void) | null {
+    if (this.taken >= this.capacity) return null;
+    this.taken += 1;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.taken -= 1;
+    };
+  }
+}
+
+export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig): void {
+  // node:http answers `Expect: 100-continue` at once unless told otherwise; the answer waits
+  // for the key and the limits (preParsing below), so a refused body is never sent at all.
+  fastify.server.on('checkContinue', (request, response) => {
+    fastify.server.emit('request', request, response);
+  });
+
+  fastify.addHook('onRoute', (route) => {
+    const access = routeAccess(route.config);
+    route.bodyLimit =
+      access !== undefined && 'scope' in access && access.scope === 'append'
+        ? config.bodyMaxBytes
+        : config.smallBodyMaxBytes;
+  });
+
+  const largeBodies = new Slots(config.largeBodies.concurrency);
+  fastify.addHook('preParsing', (request, reply, payload, done) => {
+    if (!hasBody(request)) {
+      done(null, payload);
+      return;
+    }
+    const limit = request.routeOptions.bodyLimit;
+    const declared = declaredLength(request);
+    if (declared !== undefined && declared > limit) {
+      done(bodyTooLarge(limit, declared));
+      return;
+    }
+    const threshold = config.largeBodies.thresholdBytes;
+    if ((declared ?? limit) > threshold) {
+      const release = largeBodies.take();
+      if (!release) {
+        done(
+          new ApiError(
+            503,
+            'busy',
+            `${config.largeBodies.concurrency} request bodies over ${threshold} bytes are being handled (LARGE_BODY_CONCURRENCY); this one was not read and nothing was done, retry shortly`,
+          ),
+        );
+        return;
+      }
+      reply.raw.once('close', release);
+    }
+    // The client waits for this before it sends the body (curl does above 1 MiB): only a
+    // request that passed every check above gets it.
+    if (/100-continue/i.test(String(request.headers.expect ?? ''))) reply.raw.writeContinue();
+    done(null, payload);
+  });
+
+  const shape: JsonShapeLimits = {
+    maxDepth: BODY_MAX_DEPTH,
+    maxKeys: config.json.maxKeys,
+    maxObjectKeys: config.json.maxObjectKeys,
+    maxItems: config.json.maxItems,
+  };
+  // As Fastify's own: a `__proto__` or `constructor.prototype` key is refused, never merged.
+  const parseJson = fastify.getDefaultJsonParser('error', 'error');
+  fastify.addContentTypeParser('application/json', (request, payload, done) => {
+    const limit = request.routeOptions.bodyLimit;
+    const scanner = new JsonShapeScanner(shape);
+    const chunks: Buffer[] = [];
+    let received = 0;
+    const stop = (error: Error) => {
+      payload.removeListener('data', onData);
+      payload.removeListener('end', onEnd);
+      // The rest is discarded, for a while (lingerUnread, from the ErrorFilter).
+      payload.pause();
+      chunks.length = 0;
+      done(error, undefined);
+    };
+    const onData = (chunk: Buffer) => {
+      received += chunk.length;
+      if (received > limit) {
+        stop(bodyTooLarge(limit));
+        return;
+      }
+      const problem = scanner.feed(chunk);
+      if (problem) {
+        stop(shapeRefusal(problem));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      payload.removeListener('data', onData);
+      const text = Buffer.concat(chunks, received).toString('utf8');
+      chunks.length = 0;
+      parseJson(request, text, done);
+    };
+    payload.on('data', onData);
+    payload.once('end', onEnd);
+    payload.once('error', (error: Error) => stop(error));
+  });
+}

@@ -1,0 +1,283 @@
+/**
+ * The hostile tier: the built service started as a process, attacked the way a stranger (or
+ * a careless client) would, on 127.0.0.1 only, every attack bounded in count and time. Each
+ * attack is watched for what a user would notice: `/health/live` keeps answering within
+ * LIVE_BOUND_MS (the event loop never blocks for long), the process's RSS stays under a
+ * stated bound, and the log holds exactly what it held before (or the markers allowed).
+ */
+import { readFileSync } from 'node:fs';
+import { Agent, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { connect, type Socket } from 'node:net';
+import {
+  makeTempDir,
+  request,
+  startService,
+  type RunningService,
+  type ServiceEnv,
+} from '../support/service-process';
+
+export const KEY = 'hostile-key-tenant-a-0123456789';
+export const KEY_2 = 'hostile-key2-tenant-a-0123456789';
+export const READER = 'hostile-reader-tenant-a-0123456789';
+/** The longest a liveness probe may take while an attack runs. */
+export const LIVE_BOUND_MS = 250;
+export const MIB = 1024 * 1024;
+
+export async function startHostileService(env: ServiceEnv = {}): Promise<RunningService> {
+  return startService({
+    dataDir: makeTempDir('runledger-hostile-'),
+    apiKeys: `${KEY}=tenant-a:append,read,admin;${KEY_2}=tenant-a:append,read;${READER}=tenant-a:read`,
+    env: { SQLITE_SYNCHRONOUS: 'NORMAL', ...env },
+    readyTimeoutMs: 30_000,
+  });
+}
+
+/** Resident set size of a process, from /proc (Linux). */
+export function rssBytes(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const match = /^VmRSS:\s+(\d+) kB$/m.exec(status);
+  if (!match) throw new Error(`no VmRSS in /proc/${pid}/status`);
+  return Number(match[1]) * 1024;
+}
+
+export interface Watched {
+  /** Liveness probes answered. */
+  probes: number;
+  /** The slowest probe, in ms (a probe that failed counts as Infinity). */
+  slowestProbeMs: number;
+  failedProbes: string[];
+  maxRssBytes: number;
+}
+
+/**
+ * Probes `/health/live` one after another (a probe every 20 ms at most) and samples the
+ * service's RSS until stopped. One kept-alive connection: a probe measures the service's
+ * event loop, not the cost of connecting.
+ */
+export function watch(service: RunningService): { stop: () => Promise<Watched> } {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const pid = service.process.pid!;
+  const result: Watched = { probes: 0, slowestProbeMs: 0, failedProbes: [], maxRssBytes: 0 };
+  let running = true;
+  const sampleRss = () => {
+    result.maxRssBytes = Math.max(result.maxRssBytes, rssBytes(pid));
+  };
+  sampleRss();
+  const rssTimer = setInterval(sampleRss, 50);
+  const probe = () =>
+    new Promise<void>((resolve) => {
+      const started = performance.now();
+      const req = httpRequest(`${service.baseUrl}/health/live`, { agent }, (res) => {
+        res.resume();
+        res.on('end', () => {
+          const took = performance.now() - started;
+          result.probes += 1;
+          result.slowestProbeMs = Math.max(result.slowestProbeMs, took);
+          if (res.statusCode !== 200) result.failedProbes.push(`status ${res.statusCode}`);
+          resolve();
+        });
+      });
+      req.setTimeout(5000, () => req.destroy(new Error('no answer within 5 s')));
+      req.on('error', (error) => {
+        result.failedProbes.push(String(error));
+        result.slowestProbeMs = Infinity;
+        resolve();
+      });
+      req.end();
+    });
+  const loop = (async () => {
+    while (running) {
+      await probe();
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+      clearInterval(rssTimer);
+      sampleRss();
+      agent.destroy();
+      return result;
+    },
+  };
+}
+
+/** What a watched attack must leave true: probes answered in time, RSS under the bound. */
+export function expectHealthy(watched: Watched, rssBoundBytes: number): void {
+  expect(watched.failedProbes).toEqual([]);
+  expect(watched.probes).toBeGreaterThan(0);
+  expect(watched.slowestProbeMs).toBeLessThan(LIVE_BOUND_MS);
+  expect(watched.maxRssBytes).toBeLessThan(rssBoundBytes);
+}
+
+/** Runs `attack` while watching the service; answers the attack's result and what was seen. */
+export async function underWatch<T>(
+  service: RunningService,
+  attack: () => Promise<T>,
+): Promise<{ result: T; watched: Watched }> {
+  const watcher = watch(service);
+  // A few probes first, so the watch covers the whole attack.
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  try {
+    const result = await attack();
+    return { result, watched: await watcher.stop() };
+  } catch (error) {
+    await watcher.stop();
+    throw error;
+  }
+}
+
+export interface RawAnswer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: string;
+  /** From the first byte sent to the answer's last byte. */
+  ms: number;
+}
+
+/**
+ * POSTs `body` with the given headers on a socket of its own, writing it as the socket takes
+ * it, and resolves with the first answer, even one that comes before the body was sent
+ * (writing then stops; a server that closed the connection is expected, not an error).
+ */
+export function postBody(
+  service: RunningService,
+  path: string,
+  headers: Record<string, string | number>,
+  body: Buffer,
+): Promise<RawAnswer> {
+  const head = postHead(path, { 'Content-Length': body.length, ...headers });
+  return rawRequest(service, head, body);
+}
+
+/**
+ * Sends `head` (request line and headers, no blank line) and then `body` as the socket takes
+ * it, on a socket of its own, and resolves with the first answer.
+ */
+export function rawRequest(
+  service: RunningService,
+  head: string,
+  body: string | Buffer = '',
+  timeoutMs = 30_000,
+): Promise<RawAnswer> {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const socket: Socket = connect(service.port, '127.0.0.1');
+    let received = Buffer.alloc(0);
+    let answered = false;
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`no answer within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const done = (): boolean => {
+      if (answered) return true;
+      const end = received.indexOf('\r\n\r\n');
+      if (end < 0) return false;
+      const [statusLine, ...lines] = received.subarray(0, end).toString('utf8').split('\r\n');
+      const headers: IncomingHttpHeaders = {};
+      for (const line of lines) {
+        const colon = line.indexOf(':');
+        headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
+      }
+      const length = Number(headers['content-length'] ?? NaN);
+      const rest = received.subarray(end + 4);
+      if (!Number.isFinite(length) || rest.length < length) return false;
+      answered = true;
+      clearTimeout(timer);
+      socket.destroy();
+      resolve({
+        status: Number(statusLine.split(' ')[1]),
+        headers,
+        body: rest.subarray(0, length).toString('utf8'),
+        ms: performance.now() - started,
+      });
+      return true;
+    };
+    socket.on('data', (chunk: Buffer) => {
+      received = Buffer.concat([received, chunk]);
+      done();
+    });
+    socket.on('error', () => undefined);
+    socket.on('close', () => {
+      if (done()) return;
+      clearTimeout(timer);
+      reject(
+        new Error(`connection closed after ${JSON.stringify(received.toString().slice(0, 500))}`),
+      );
+    });
+    const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+    socket.write(`${head}\r\n\r\n`);
+    let at = 0;
+    const writeMore = () => {
+      while (at < bytes.length && !answered && !socket.destroyed) {
+        const chunk = bytes.subarray(at, at + 64 * 1024);
+        at += chunk.length;
+        if (!socket.write(chunk)) {
+          socket.once('drain', writeMore);
+          return;
+        }
+      }
+    };
+    writeMore();
+  });
+}
+
+export function postHead(path: string, headers: Record<string, string | number>): string {
+  return [
+    `POST ${path} HTTP/1.1`,
+    'Host: 127.0.0.1',
+    'Content-Type: application/json',
+    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+  ].join('\r\n');
+}
+
+/** Starts a run (one `run.started`), answering its id. */
+export async function startRun(service: RunningService, runId: string): Promise<void> {
+  const res = await request(service.baseUrl, `/v1/runs/${runId}/events`, {
+    key: KEY,
+    body: {
+      events: [
+        { type: 'run.started', data: { threadId: `t-${runId}`, agent: 'a', source: 'api' } },
+      ],
+    },
+  });
+  if (res.status !== 201)
+    throw new Error(`run.started answered ${res.status}: ${await res.text()}`);
+}
+
+export interface LogState {
+  /** Every run event's position, up to the projector's (which has caught up with the head). */
+  position: number;
+  /** The run's events: ids and types, in order. */
+  events: string[];
+}
+
+/**
+ * What the log holds, as seen from outside: the run's events, and the projector's position
+ * once it stopped moving (every event of every run is folded, so it is the log's head).
+ */
+export async function logState(service: RunningService, runId: string): Promise<LogState> {
+  let position = -1;
+  for (let i = 0; i < 100; i += 1) {
+    const ready = (await (await request(service.baseUrl, '/health/ready')).json()) as {
+      projectorPosition: number;
+    };
+    if (ready.projectorPosition === position) break;
+    position = ready.projectorPosition;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  const events: string[] = [];
+  for (let from = 0; ;) {
+    const res = await request(
+      service.baseUrl,
+      `/v1/runs/${runId}/events?fromRevision=${from}&limit=1000`,
+      { key: KEY },
+    );
+    const page = ((await res.json()) as { events: { id: string; type: string }[] }).events;
+    events.push(...page.map((e) => `${e.type} ${e.id}`));
+    if (page.length < 1000) break;
+    from += page.length;
+  }
+  return { position, events };
+}

@@ -1,0 +1,142 @@
+/**
+ * Server-Sent Events clients that stop reading, and more streams than a key may hold. Before
+ * issue 10 a stalled client kept up to SSE_MAX_BUFFER frames (about 1 GiB at the defaults)
+ * queued and was never timed out: one stalled client per run added 225-300 MB. Now each has
+ * a byte budget and a send timeout, then gets `overflow` and is closed; streams per key and
+ * per tenant are capped.
+ */
+import { connect, type Socket } from 'node:net';
+import { request, type RunningService } from '../support/service-process';
+import {
+  expectHealthy,
+  KEY,
+  KEY_2,
+  logState,
+  MIB,
+  startHostileService,
+  startRun,
+  underWatch,
+} from './hostile-support';
+
+const STALLED = 24;
+const BUDGET = 2 * MIB;
+/** Baseline about 150 MiB, the burst's frames (shared by every client) 13 MiB, plus each client's budget. */
+const RSS_BOUND = 150 * MIB + 13 * MIB + STALLED * BUDGET + 150 * MIB;
+
+let service: RunningService;
+beforeAll(async () => {
+  service = await startHostileService({
+    SSE_MAX_BUFFER_BYTES: String(BUDGET),
+    SSE_SEND_TIMEOUT_MS: '2000',
+    SSE_MAX_STREAMS_PER_KEY: '45',
+    SSE_MAX_STREAMS_PER_TENANT: '60',
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await service.kill();
+});
+
+async function metric(name: string): Promise<number> {
+  const text = await (await request(service.baseUrl, '/metrics')).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
+  return line === undefined ? NaN : Number(line.split(' ')[1]);
+}
+
+async function eventually(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`condition not reached within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** Opens a stream and answers the socket once the status line arrived: 200, or the refusal. */
+function openStream(path: string, key: string): Promise<{ socket: Socket; status: number }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(service.port, '127.0.0.1');
+    socket.once('data', (chunk: Buffer) => {
+      resolve({ socket, status: Number(/^HTTP\/1\.1 (\d+)/.exec(chunk.toString())?.[1] ?? 0) });
+    });
+    socket.on('error', reject);
+    socket.write(
+      `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nAuthorization: Bearer ${key}\r\n\r\n`,
+    );
+  });
+}
+
+it(`sends overflow to ${STALLED} clients that stop reading during a burst and closes them; RSS stays bounded`, async () => {
+  await startRun(service, 'hot');
+  const stalled: Socket[] = [];
+  for (let i = 0; i < STALLED; i += 1) {
+    const { socket, status } = await openStream('/v1/runs/hot/stream', KEY);
+    expect(status).toBe(200);
+    socket.pause();
+    stalled.push(socket);
+  }
+  expect(await metric('runledger_sse_clients')).toBe(STALLED);
+  const text = 'x'.repeat(64 * 1024);
+  const { watched } = await underWatch(service, async () => {
+    // 200 events of 64 KiB, 2 an append: more than the kernel's socket buffers and the
+    // budget take for a client that reads nothing.
+    for (let batch = 0; batch < 100; batch += 1) {
+      const res = await request(service.baseUrl, '/v1/runs/hot/events', {
+        key: KEY,
+        body: {
+          // model.call: the thread views ignore it, so the burst costs the fan-out, not a projection.
+          events: Array.from({ length: 2 }, (_, i) => ({
+            type: 'model.call',
+            data: {
+              callId: `c-${batch}-${i}`,
+              model: 'm',
+              messages: [{ role: 'user', content: text }],
+            },
+          })),
+        },
+      });
+      expect(res.status).toBe(201);
+      // A burst, but an agent's: appends arrive one after another, not all in one instant.
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    // Within the send timeout, plus the grace the overflow frame gets.
+    await eventually(async () => (await metric('runledger_sse_clients')) === 0, 10_000);
+  });
+  expect(await metric('runledger_sse_overflows_total')).toBe(STALLED);
+  expectHealthy(watched, RSS_BOUND);
+  expect((await logState(service, 'hot')).events).toHaveLength(201);
+  for (const socket of stalled) socket.destroy();
+}, 60_000);
+
+it('refuses streams past SSE_MAX_STREAMS_PER_KEY and SSE_MAX_STREAMS_PER_TENANT with 429', async () => {
+  await startRun(service, 'capped');
+  const before = await logState(service, 'capped');
+  const open: Socket[] = [];
+  const { result, watched } = await underWatch(service, async () => {
+    const statuses: number[] = [];
+    for (const [key, count] of [
+      [KEY, 46],
+      [KEY_2, 16],
+    ] as const) {
+      for (let i = 0; i < count; i += 1) {
+        const { socket, status } = await openStream('/v1/runs/capped/stream', key);
+        statuses.push(status);
+        if (status === 200) open.push(socket);
+        else socket.destroy();
+      }
+    }
+    return statuses;
+  });
+  // 45 for the first key, 15 more for the tenant's 60, each one past a cap refused.
+  expect(result.slice(0, 45)).toEqual(Array(45).fill(200));
+  expect(result[45]).toBe(429);
+  expect(result.slice(46, 61)).toEqual(Array(15).fill(200));
+  expect(result[61]).toBe(429);
+  expectHealthy(watched, RSS_BOUND);
+  for (const socket of open) socket.destroy();
+  await eventually(async () => (await metric('runledger_sse_clients')) === 0, 10_000);
+  // Slots come back when streams close.
+  const { socket, status } = await openStream('/v1/runs/capped/stream', KEY);
+  expect(status).toBe(200);
+  socket.destroy();
+  expect(await logState(service, 'capped')).toEqual(before);
+}, 60_000);
