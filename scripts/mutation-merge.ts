@@ -2,13 +2,14 @@
  * Merges StrykerJS JSON reports of runs over different files, or different lines of a file
  * (`npx stryker run --mutate <file>[:<from>-<to>]` writes a report, and an incremental file,
  * of those mutants only) into one report: each file with the mutants of every report, a
- * mutant reported twice taken from the last report; the test files of all, likewise. The
+ * mutant reported twice taken from the last report; the test files of all, likewise; files
+ * no longer in the repository left out. The
  * result serves as the incremental file of the next full run
  * (docs/mutation/stryker-incremental.json) and as the input of mutation-report.ts.
  *
  * Usage: mutation-merge.ts <merged.json> <report.json>...
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 
 interface ReportMutant {
   mutatorName: string;
@@ -37,6 +38,7 @@ export function mergeReports(reports: readonly Report[]): Report {
   const testFiles: Record<string, unknown> = {};
   for (const report of reports) {
     for (const [path, file] of Object.entries(report.files)) {
+      if (!existsSync(path)) continue;
       const mutants = new Map((files[path]?.mutants ?? []).map((m) => [mutantKey(m), m]));
       for (const mutant of file.mutants) mutants.set(mutantKey(mutant), mutant);
       files[path] = { ...file, mutants: [...mutants.values()] };
