@@ -13,6 +13,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 
 interface ReportMutant {
   mutatorName: string;
+  statusReason?: string;
   replacement?: string;
   location: { start: { line: number; column: number }; end: { line: number; column: number } };
 }
@@ -40,7 +41,11 @@ export function mergeReports(reports: readonly Report[]): Report {
     for (const [path, file] of Object.entries(report.files)) {
       if (!existsSync(path)) continue;
       const mutants = new Map((files[path]?.mutants ?? []).map((m) => [mutantKey(m), m]));
-      for (const mutant of file.mutants) mutants.set(mutantKey(mutant), mutant);
+      // A killed mutant's reason is the failing test's message, which for a property test
+      // holds its whole counterexample (megabytes): the next run does not need it.
+      for (const { statusReason: _reason, ...mutant } of file.mutants) {
+        mutants.set(mutantKey(mutant), mutant);
+      }
       files[path] = { ...file, mutants: [...mutants.values()] };
     }
     Object.assign(testFiles, report.testFiles);
