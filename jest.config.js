@@ -20,6 +20,8 @@ const shared = {
   moduleFileExtensions: ['ts', 'js', 'json'],
   moduleNameMapper: { '^@runledger/([a-z-]+)$': '<rootDir>/libs/$1/src' },
   testEnvironment: 'node',
+  // StrykerJS's sandbox (npm run mutate) holds a copy of the repository while it runs.
+  modulePathIgnorePatterns: ['<rootDir>/.stryker-tmp/'],
 };
 module.exports = {
   projects: [

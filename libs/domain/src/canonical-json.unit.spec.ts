@@ -75,7 +75,9 @@ describe('canonicalJson', () => {
   });
 
   it('throws a TypeError for a value with no JSON form', () => {
-    expect(() => canonicalJson(undefined)).toThrow(TypeError);
+    expect(() => canonicalJson(undefined)).toThrow(
+      new TypeError('value has no JSON representation'),
+    );
   });
 
   it('does not depend on key order (property)', () => {

@@ -4,6 +4,8 @@
  */
 import {
   isPlainObject,
+  jsonValueProblems,
+  MAX_JSON_DEPTH,
   normalizeToolInput,
   validateEvent,
   type Problem,
@@ -51,6 +53,7 @@ describe('validateEvent: the envelope', () => {
     ['an empty string', ''],
     ['a number', 42],
     ['null', null],
+    ['a UUID in an array', [UUID]],
   ])('refuses an id that is %s, with rule isUuid', (_name, id) => {
     const problems = problemsOf(validateEvent({ id, ...exampleEvent('turn.started') }, 2));
 
@@ -67,7 +70,14 @@ describe('validateEvent: the envelope', () => {
   ])('refuses metadata that is %s, with rule isObject', (_name, metadata) => {
     const problems = problemsOf(validateEvent({ ...exampleEvent('turn.started'), metadata }));
 
-    expect(problems).toEqual([expect.objectContaining({ field: 'metadata', rule: 'isObject' })]);
+    expect(problems).toEqual([
+      {
+        index: undefined,
+        field: 'metadata',
+        rule: 'isObject',
+        message: 'metadata must be an object',
+      },
+    ]);
   });
 
   it.each(['revision', 'position', 'recordedAt', 'streamId', 'Type'])(
@@ -127,7 +137,7 @@ describe('validateEvent: the envelope', () => {
     ['a string', '{}'],
   ])('refuses data that is %s', (_name, data) => {
     expect(problemsOf(validateEvent({ type: 'turn.started', data }))).toEqual([
-      expect.objectContaining({ field: 'data', rule: 'isObject' }),
+      { index: undefined, field: 'data', rule: 'isObject', message: 'data must be an object' },
     ]);
   });
 });
@@ -222,6 +232,69 @@ describe('isPlainObject', () => {
 
   it.each([null, undefined, [], 'x', 1, true])('is false for %j', (value) => {
     expect(isPlainObject(value)).toBe(false);
+  });
+});
+
+describe('JSON values the log must not record', () => {
+  /** `levels` objects nested in each other under key `a`, the innermost holding 1. */
+  const nested = (levels: number): unknown => {
+    let value: unknown = 1;
+    for (let i = 0; i < levels; i += 1) value = { a: value };
+    return value;
+  };
+
+  it.each([
+    ['a number JSON.parse read as Infinity', JSON.parse('{"n":1e309}'), 'data.n'],
+    ['-Infinity', { n: -Infinity }, 'data.n'],
+    ['NaN deep in an array', { list: [1, { n: NaN }] }, 'data.list.1.n'],
+  ])('refuses %s, naming where it is', (_name, data, field) => {
+    expect(jsonValueProblems(data, 'data', 3)).toEqual([
+      { index: 3, field, rule: 'isFinite', message: `${field} must be a finite number` },
+    ]);
+  });
+
+  it(`accepts objects nested ${MAX_JSON_DEPTH} deep, and refuses one more level`, () => {
+    expect(jsonValueProblems(nested(MAX_JSON_DEPTH), 'data')).toEqual([]);
+    const field = `data${'.a'.repeat(MAX_JSON_DEPTH)}`;
+    expect(jsonValueProblems(nested(MAX_JSON_DEPTH + 1), 'data')).toEqual([
+      {
+        index: undefined,
+        field,
+        rule: 'maxDepth',
+        message: `${field} is nested deeper than ${MAX_JSON_DEPTH} levels`,
+      },
+    ]);
+  });
+
+  it('counts arrays as levels like objects', () => {
+    let value: unknown = [];
+    for (let i = 0; i < MAX_JSON_DEPTH; i += 1) value = [value];
+    expect(jsonValueProblems(value, 'v')).toEqual([
+      expect.objectContaining({ field: `v${'.0'.repeat(MAX_JSON_DEPTH)}`, rule: 'maxDepth' }),
+    ]);
+  });
+
+  it('accepts finite numbers, strings, booleans and null at any place', () => {
+    expect(jsonValueProblems({ a: [0, -1.5, 'x', true, null], b: {} }, 'data')).toEqual([]);
+  });
+
+  it('are refused by validateEvent in data and in metadata, beside the envelope problems', () => {
+    const event = {
+      ...exampleEvent('tool.started'),
+      extra: 1,
+      metadata: { cost: Infinity },
+    };
+    (event.data as { input: unknown }).input = nested(MAX_JSON_DEPTH);
+
+    expect(problemsOf(validateEvent(event, 4))).toEqual([
+      { index: 4, field: 'extra', rule: 'whitelistValidation', message: 'extra is not allowed' },
+      expect.objectContaining({
+        index: 4,
+        field: `data.input${'.a'.repeat(MAX_JSON_DEPTH - 1)}`,
+        rule: 'maxDepth',
+      }),
+      expect.objectContaining({ index: 4, field: 'metadata.cost', rule: 'isFinite' }),
+    ]);
   });
 });
 

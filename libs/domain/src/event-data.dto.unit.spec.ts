@@ -13,6 +13,7 @@ import {
   type Validated,
   type ValidEvent,
 } from './event-catalogue';
+import { PATH_ID_PATTERN } from './event-data.dto';
 import { EVENT_TYPES, type EventType } from './event-types';
 import { EVENT_DATA_EXAMPLES, exampleEvent } from './testing/event-fixtures';
 
@@ -492,5 +493,40 @@ describe('specific rules', () => {
         expect.objectContaining({ field: 'data.messages.0.cache', rule: 'whitelistValidation' }),
       ]);
     });
+  });
+});
+
+describe('the wording of a refusal', () => {
+  it('says which pattern a threadId must match', () => {
+    const problems = problemsOf(
+      validateEvent(withData('run.started', (data) => (data.threadId = 'thread/1'))),
+    );
+
+    expect(problems).toEqual([
+      {
+        index: undefined,
+        field: 'data.threadId',
+        rule: 'matches',
+        message: `threadId must match ${String(PATH_ID_PATTERN)}`,
+      },
+    ]);
+  });
+
+  it('says what a message content may be', () => {
+    const problems = problemsOf(
+      validateEvent(
+        withData('model.call', (data) => (data.messages = [{ role: 'user', content: 1 }])),
+      ),
+    );
+
+    expect(problems).toEqual([
+      {
+        index: undefined,
+        field: 'data.messages.0.content',
+        rule: 'isMessageContent',
+        message:
+          'content must be a string or an array of parts, each an object with a string type (text parts with a string text)',
+      },
+    ]);
   });
 });

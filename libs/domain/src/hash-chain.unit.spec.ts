@@ -296,6 +296,44 @@ describe('verifyChain', () => {
     });
   });
 
+  it('breaks at the last event when its revision is changed and its hash recomputed to match', () => {
+    // Nothing after it would notice the new hash: only the revision's place in the run can.
+    const chain = links();
+    const last = chain[LAST];
+    const revision = LAST + 5;
+    const prevHash = last.metadata.prevHash as string;
+    const hash = eventHash(prevHash, { ...last, revision, ...CONTEXT });
+    const forged = [
+      ...chain.slice(0, LAST),
+      { ...last, revision, metadata: { ...last.metadata, hash } },
+    ];
+
+    expect(verifyChain(CONTEXT.runId, forged)).toMatchObject({
+      verified: false,
+      firstBrokenRevision: LAST,
+    });
+  });
+
+  it('reads a missing or non-string tenant stamp as the empty tenant', () => {
+    // Sealed for tenant '', then stored without the key, or with a stamp that is not a string
+    const sealed = recorded(sealBatch(null, { ...CONTEXT, tenantId: '' }, exampleBatch()));
+    const unstamped = sealed.map((event, i) => {
+      const { tenantId: _tenant, ...metadata } = event.metadata;
+      return { ...event, metadata: i % 2 === 0 ? metadata : { ...metadata, tenantId: 7 } };
+    });
+
+    expect(verifyChain(CONTEXT.runId, unstamped)).toMatchObject({ verified: true });
+    expect(
+      verifyChain(
+        CONTEXT.runId,
+        links().map((event) => ({
+          ...event,
+          metadata: { ...event.metadata, tenantId: undefined },
+        })),
+      ),
+    ).toMatchObject({ verified: false, firstBrokenRevision: 0 });
+  });
+
   it('keeps the first break when a later event is broken too', () => {
     const chain = mutateAt(mutateAt(links(), 2, MUTATIONS.type), 7, MUTATIONS.id);
 

@@ -105,3 +105,43 @@ describe('promptEvents', () => {
     expect(started.data.agent).toBe('bot');
   });
 });
+
+describe('a new run’s title and agent', () => {
+  const input = {
+    text: '',
+    threadId: 'th1',
+    messageId: '0190a8a0-0000-7000-8000-000000000001',
+    turnId: 'turn-1',
+    source: 'typed' as const,
+    metadata: {},
+  };
+  const start = { kind: 'start' as const, previousRunId: null, agent: null };
+  const titleOf = (text: string, title: string | null = null) =>
+    promptEvents({ ...input, text }, start, { title }, 'agent')[0].data.title;
+
+  it('is the prompt’s words, whitespace collapsed and trimmed', () => {
+    expect(titleOf('  Where   is\nmy refund?  ')).toBe('Where is my refund?');
+  });
+
+  it(`keeps ${PROMPT_TITLE_MAX} characters whole and cuts a longer prompt, trimmed, with an ellipsis`, () => {
+    expect(titleOf('t'.repeat(PROMPT_TITLE_MAX))).toBe('t'.repeat(PROMPT_TITLE_MAX));
+    expect(titleOf(`${'a'.repeat(PROMPT_TITLE_MAX - 2)} ${'b'.repeat(10)}`)).toBe(
+      `${'a'.repeat(PROMPT_TITLE_MAX - 2)}…`,
+    );
+  });
+
+  it('is left out for a blank prompt, and when the thread has a title', () => {
+    expect(titleOf('   ')).toBeUndefined();
+    expect(titleOf('Where is my refund?', 'Refunds')).toBeUndefined();
+  });
+
+  it('takes the agent of the previous run, unless it had none', () => {
+    const run = { runId: 'r1', status: 'completed' as const, activeTurnId: null };
+    expect(
+      decidePrompt({ status: 'finished', title: null, runs: [{ ...run, agent: 'bot' }] }),
+    ).toEqual({ kind: 'start', previousRunId: 'r1', agent: 'bot' });
+    expect(
+      decidePrompt({ status: 'finished', title: null, runs: [{ ...run, agent: '' }] }),
+    ).toEqual({ kind: 'start', previousRunId: 'r1', agent: null });
+  });
+});

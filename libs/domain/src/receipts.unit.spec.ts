@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import {
   consumeRefusal,
   inputDigest,
@@ -50,8 +51,45 @@ describe('receipts', () => {
     });
   });
 
-  it.each([42, '', 'no-dot', 'a.b.c', '.sig'])('refuse a malformed receipt %j', (receipt) => {
-    expect(verifyReceipt(receipt, SECRET, 0)).toMatchObject({ ok: false });
+  it.each([42, null, '', 'no-dot', 'a.b.c', '.sig', 'body.'])(
+    'refuse a malformed receipt %j',
+    (receipt) => {
+      expect(verifyReceipt(receipt, SECRET, 0)).toEqual({ ok: false, reason: 'malformed' });
+    },
+  );
+
+  it('refuse a signature of the wrong length as a bad signature, not a crash', () => {
+    const [body] = signReceipt(claims, SECRET).split('.');
+    expect(verifyReceipt(`${body}.c2hvcnQ`, SECRET, 0)).toEqual({ ok: false, reason: 'signature' });
+  });
+
+  describe('signed with the right secret but not a receipt', () => {
+    /** What a holder of the secret could sign: the checks after the signature still apply. */
+    const signed = (body: string): string => {
+      const part = Buffer.from(body).toString('base64url');
+      return `${part}.${createHmac('sha256', SECRET).update(part).digest('base64url')}`;
+    };
+    const { exp: _exp, ...withoutExpiry } = claims;
+
+    it.each([
+      ['text that is not JSON', 'not json'],
+      ['a JSON array', JSON.stringify([claims])],
+      ['JSON null', 'null'],
+      ['claims without an expiry', JSON.stringify(withoutExpiry)],
+      ['an expiry written as text', JSON.stringify({ ...claims, exp: '2000' })],
+      ['a tool that is not a string', JSON.stringify({ ...claims, tool: 7 })],
+      ['a decision other than allow or deny', JSON.stringify({ ...claims, decision: 'maybe' })],
+    ])('are malformed: %s', (_label, body) => {
+      expect(verifyReceipt(signed(body), SECRET, 0)).toEqual({ ok: false, reason: 'malformed' });
+    });
+
+    it('carry a deny decision like an allow', () => {
+      const deny = { ...claims, decision: 'deny' as const };
+      expect(verifyReceipt(signed(JSON.stringify(deny)), SECRET, 0)).toEqual({
+        ok: true,
+        claims: deny,
+      });
+    });
   });
 
   it('bind the input by its canonical digest: key order does not matter, values do', () => {

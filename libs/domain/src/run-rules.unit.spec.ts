@@ -64,7 +64,20 @@ describe('checkRunAppend', () => {
     });
 
     it('refuses an empty first batch', () => {
-      expect(given(null).whenAppending()).not.toBeNull();
+      expect(given(null).whenAppending()).toEqual({
+        code: 'run_not_found',
+        message: `run ${RUN} not found: a run's first event must be run.started`,
+      });
+    });
+
+    it('accepts a turn in the first batch, and refuses a second one there', () => {
+      expect(
+        given(null).whenAppendingEvents(
+          { type: 'run.started', data: {} },
+          turn('turn.started', 't1'),
+          turn('turn.started', 't2'),
+        ),
+      ).toMatchObject({ code: 'turn_already_active', index: 2, activeTurnId: 't1' });
     });
   });
 
@@ -196,7 +209,7 @@ describe('at most one active turn per run', () => {
   it('refuses a turn.started while another turn is active, naming it and the index', () => {
     expect(given(inTurn).whenAppendingEvents(turn('turn.started', 't2'))).toEqual({
       code: 'turn_already_active',
-      message: expect.stringContaining('turn t1 in progress'),
+      message: `run ${RUN} has turn t1 in progress: finish it before starting another (at most one active turn per run)`,
       index: 0,
       activeTurnId: 't1',
     });
@@ -242,6 +255,32 @@ describe('stampActiveTurns', () => {
       { activeTurnId: 't1' },
       {},
     ]);
+  });
+
+  it('ends the active turn with the run, and ignores a turn.started without a string turn id', () => {
+    const stamped = stampActiveTurns(openRun, [
+      withMeta({ type: 'turn.started', data: { turnId: 5 } }),
+      withMeta({ type: 'message.added', data: null }),
+      withMeta(turn('turn.started', 't1')),
+      withMeta({ type: 'run.finished', data: { status: 'completed' } }),
+    ]);
+
+    expect(stamped.map((e) => e.metadata)).toEqual([{}, {}, { activeTurnId: 't1' }, {}]);
+  });
+
+  it('continues from the head’s active turn, and returns new events, leaving the given ones as they were', () => {
+    const inTurn: RunHead = { ...openRun, activeTurnId: 't0' };
+    const given = [withMeta({ type: 'message.added', data: {} }, { activeTurnId: 'x' })];
+
+    const stamped = stampActiveTurns(inTurn, given);
+
+    expect(stamped).toEqual([
+      { type: 'message.added', data: {}, metadata: { activeTurnId: 't0' } },
+    ]);
+    expect(given[0].metadata).toEqual({ activeTurnId: 'x' });
+    expect(stampActiveTurns(null, [withMeta(turn('turn.started', 't1'))])[0].metadata).toEqual({
+      activeTurnId: 't1',
+    });
   });
 
   it('agrees with the commands’ fold of the whole stream, however the stream is cut into appends', () => {

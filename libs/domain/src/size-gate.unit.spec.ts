@@ -20,6 +20,7 @@ import {
   type TruncationStampShape,
 } from './size-gate';
 import { EVENT_DATA_EXAMPLES } from './testing/event-fixtures';
+import { propertyRuns } from './testing/property-runs';
 
 const UUID = '0b7c6c1e-3f0a-4d8e-9a51-2f4c9f0e7d21';
 const MIB = 1_048_576;
@@ -263,7 +264,7 @@ describe('gateEvent: model.call (properties)', () => {
         if (reduced.model !== data.model) changed += 1;
         expect(stamp.clampedParts).toBe(changed);
       }),
-      { numRuns: 300 },
+      { numRuns: propertyRuns(300) },
     );
   });
 
@@ -290,7 +291,7 @@ describe('gateEvent: model.call (examples)', () => {
 
   it('clamps the longest texts first and keeps every message when that is enough', () => {
     // Given a context with two huge texts among short messages
-    const huge = 'The order shipped. '.repeat(100_000);
+    const huge = 'The order shipped. '.repeat(10_000);
     const messages = [
       { role: 'system', content: 'You are a support agent.' },
       { role: 'user', content: huge },
@@ -299,33 +300,33 @@ describe('gateEvent: model.call (examples)', () => {
     ];
     const event = eventOf('model.call', { callId: 'call-1', model: 'gpt-4o-mini', messages });
 
-    // When it is gated to 1 MiB
-    const result = gateEvent(event, MIB);
+    // When it is gated to 64 KiB
+    const result = gateEvent(event, 64 * 1024);
 
     // Then both texts are clamped, the short messages are untouched, nothing is dropped
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 2 });
     const kept = dataOf(result).messages as Message[];
     expect(kept[0]).toBe(messages[0]);
     expect(kept[3]).toBe(messages[3]);
     expect(kept[1].content).toContain(TRUNCATION_MARKER);
     // And the cap was raised to use the room left, not halved past it
-    expect(result.byteLength).toBeGreaterThan(0.9 * (MIB - STAMP_RESERVE_BYTES));
+    expect(result.byteLength).toBeGreaterThan(0.9 * (64 * 1024 - STAMP_RESERVE_BYTES));
   });
 
   it('drops the oldest messages, keeping the newest in order, when clamping is not enough', () => {
-    // Given 5,000 short messages (nothing to clamp), about 400 KiB
-    const messages = Array.from({ length: 5000 }, (_, i) => ({
+    // Given 1,000 short messages (nothing to clamp), about 75 KiB
+    const messages = Array.from({ length: 1000 }, (_, i) => ({
       role: 'user',
       content: `message ${i} `.padEnd(60, '.'),
     }));
     const event = eventOf('model.call', { callId: 'call-1', model: 'm', messages });
 
-    // When it is gated to 64 KiB
-    const result = gateEvent(event, 64 * 1024);
+    // When it is gated to 16 KiB
+    const result = gateEvent(event, 16 * 1024);
 
     // Then the newest messages are kept, as they were, and the rest counted as omitted
-    expectRecordable(result, 64 * 1024);
+    expectRecordable(result, 16 * 1024);
     const stamp = stampOf(result);
     const kept = dataOf(result).messages as Message[];
     expect(kept).toEqual(messages.slice(stamp.omittedMessageCount));
@@ -333,22 +334,22 @@ describe('gateEvent: model.call (examples)', () => {
     expect(stamp.clampedParts).toBe(0);
     // And one more message would not have fitted
     expect(result.byteLength + jsonBytes(messages[0]) + 1).toBeGreaterThan(
-      64 * 1024 - STAMP_RESERVE_BYTES,
+      16 * 1024 - STAMP_RESERVE_BYTES,
     );
   });
 
   it('replaces an oversized image part by a text part saying what was omitted', () => {
-    // Given a message with a 3 MiB image
-    const image = { type: 'image', mediaType: 'image/png', data: 'iVBORw0KGgo'.repeat(300_000) };
+    // Given a message with a 320 KiB image
+    const image = { type: 'image', mediaType: 'image/png', data: 'iVBORw0KGgo'.repeat(30_000) };
     const see = { type: 'text', text: 'What is on this receipt?' };
     const messages = [{ role: 'user', content: [see, image] }];
     const event = eventOf('model.call', { callId: 'call-1', model: 'gpt-4o', messages });
 
     // When it is gated
-    const result = gateEvent(event, MIB);
+    const result = gateEvent(event, 64 * 1024);
 
     // Then the image is a text part naming its type and size; the message is kept
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
     const [kept] = dataOf(result).messages as { content: Part[] }[];
     expect(kept.content[0]).toBe(see);
@@ -359,25 +360,25 @@ describe('gateEvent: model.call (examples)', () => {
   });
 
   it('reduces huge tool definitions to name stubs, or drops them when even those are too big', () => {
-    // Given 2,000 tools with large JSON schemas
+    // Given 200 tools with large JSON schemas
     const schema = { type: 'object', description: 'A parameter. '.repeat(100) };
-    const tools = Array.from({ length: 2000 }, (_, i) => ({
+    const tools = Array.from({ length: 200 }, (_, i) => ({
       type: 'function',
       function: { name: `tool_${i}`, parameters: schema },
     }));
     const messages = [{ role: 'user', content: 'Look up order 1042' }];
     const event = eventOf('model.call', { callId: 'call-1', model: 'm', messages, tools });
 
-    // When it is gated to 1 MiB, the tools become stubs with their names
-    const large = gateEvent(event, MIB);
-    expectRecordable(large, MIB);
+    // When it is gated to 64 KiB, the tools become stubs with their names
+    const large = gateEvent(event, 64 * 1024);
+    expectRecordable(large, 64 * 1024);
     expect(dataOf(large).tools).toEqual(tools.map((t) => ({ name: t.function.name })));
     expect(dataOf(large).messages).toEqual(messages);
     expect(stampOf(large).clampedParts).toBe(1);
 
-    // And when it is gated to 8 KiB, the tools are dropped and the messages kept
-    const small = gateEvent(event, 8 * 1024);
-    expectRecordable(small, 8 * 1024);
+    // And when it is gated to 2 KiB, the tools are dropped and the messages kept
+    const small = gateEvent(event, MIN_LIMIT_BYTES);
+    expectRecordable(small, MIN_LIMIT_BYTES);
     expect(dataOf(small)).not.toHaveProperty('tools');
     expect(dataOf(small).messages).toEqual(messages);
     expect(stampOf(small)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
@@ -448,7 +449,7 @@ describe('gateEvent: model.call (examples)', () => {
 
 describe('gateEvent: other types', () => {
   it('clamps a huge string output of tool.finished, keeping its identifiers', () => {
-    const output = 'line of log output\n'.repeat(200_000);
+    const output = 'line of log output\n'.repeat(20_000);
     const event = eventOf('tool.finished', {
       toolCallId: 'tc-1',
       toolName: 'grep',
@@ -456,17 +457,17 @@ describe('gateEvent: other types', () => {
       failed: false,
     });
 
-    const result = gateEvent(event, MIB);
+    const result = gateEvent(event, 64 * 1024);
 
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     expect(dataOf(result)).toMatchObject({ toolCallId: 'tc-1', toolName: 'grep', failed: false });
-    expect(clampedPrefix(output, dataOf(result).output as string)).toBeGreaterThan(100_000);
+    expect(clampedPrefix(output, dataOf(result).output as string)).toBeGreaterThan(50_000);
     expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
   });
 
   it('replaces a huge array output by a preview of its JSON, with its size', () => {
-    // Given an output of 500,000 numbers: no string to clamp
-    const output = Array.from({ length: 500_000 }, (_, i) => i * 1.5);
+    // Given an output of 100,000 numbers: no string to clamp
+    const output = Array.from({ length: 100_000 }, (_, i) => i * 1.5);
     const event = eventOf('tool.finished', { toolCallId: 'tc-1', output, failed: false });
 
     // When it is gated
@@ -494,19 +495,19 @@ describe('gateEvent: other types', () => {
   });
 
   it('clamps the strings inside a huge tool input and keeps it an object', () => {
-    const input = { query: 'refund', document: 'é'.repeat(MIB), page: 3 };
+    const input = { query: 'refund', document: 'é'.repeat(100_000), page: 3 };
     const event = eventOf('tool.started', { toolCallId: 'tc-1', toolName: 'search', input });
 
-    const result = gateEvent(event, MIB);
+    const result = gateEvent(event, 64 * 1024);
 
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     const reduced = dataOf(result).input as Data;
     expect({ ...reduced, document: null }).toEqual({ ...input, document: null });
     expect(clampedPrefix(input.document, reduced.document as string)).toBeGreaterThan(0);
   });
 
   it('replaces a tool input with no long string by { raw: preview }', () => {
-    const input = { rows: Array.from({ length: 100_000 }, (_, i) => ({ id: i, ok: true })) };
+    const input = { rows: Array.from({ length: 10_000 }, (_, i) => ({ id: i, ok: true })) };
     const event = eventOf('tool.started', { toolCallId: 'tc-1', toolName: 'load', input });
 
     const result = gateEvent(event, 64 * 1024);
@@ -521,12 +522,12 @@ describe('gateEvent: other types', () => {
     const event = eventOf(
       'message.added',
       { messageId: 'msg-1', role: 'user', text: 'Where is my refund?' },
-      { traceId: 't-1', notes: 'n'.repeat(MIB) },
+      { traceId: 't-1', notes: 'n'.repeat(100_000) },
     );
 
-    const result = gateEvent(event, MIB);
+    const result = gateEvent(event, 64 * 1024);
 
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     expect(dataOf(result)).toMatchObject({ text: 'Where is my refund?' });
     expect(result.event.metadata.traceId).toBe('t-1');
     expect(result.event.metadata.notes).toContain(TRUNCATION_MARKER);
@@ -543,13 +544,13 @@ describe('gateEvent: other types', () => {
     const event = eventOf('message.added', {
       messageId: 'msg-1',
       role: 'user',
-      text: 't'.repeat(MIB),
+      text: 't'.repeat(100_000),
       truncation: forged,
     });
 
-    const result = gateEvent(event, MIB);
+    const result = gateEvent(event, 64 * 1024);
 
-    expectRecordable(result, MIB);
+    expectRecordable(result, 64 * 1024);
     expect(stampOf(result).originalByteLength).toBe(measureEvent(event));
   });
 
@@ -562,9 +563,13 @@ describe('gateEvent: other types', () => {
 
 /**
  * The largest value of each field the schema allows: identifiers and labels at their maximum
- * length in characters JSON escapes 6-fold, free-form text and tool payloads in megabytes.
+ * length in characters JSON escapes 6-fold; free-form text and tool payloads over the limit
+ * (by a fifth or more), so that every limit meets data it must reduce. Sized
+ * to the limit rather than in megabytes for all: the small limits are as hard, and the unit
+ * tier stays fast (every mutant of npm run mutate reruns these).
  */
-function inflate(type: EventType): Data {
+function inflate(type: EventType, limitBytes: number): Data {
+  const size = (atOneMib: number) => Math.ceil((atOneMib * limitBytes) / MIB);
   const data: Data = { ...EVENT_DATA_EXAMPLES[type] };
   // Fixed formats: an enum's members, a SHA-256 digest in hex.
   const enums = new Set([
@@ -584,15 +589,22 @@ function inflate(type: EventType): Data {
     if (key === 'threadId') data[key] = 'T'.repeat(128);
     else if (ids.has(key)) data[key] = '\u0000'.repeat(256);
     else if (labels.has(key)) data[key] = '\u0001'.repeat(1024);
-    else if (key === 'options') data[key] = Array.from({ length: 64 }, () => 'o'.repeat(20_000));
-    else if (key === 'input') data[key] = { blob: Array.from({ length: 200_000 }, (_, i) => i) };
-    else if (key === 'output') data[key] = { rows: Array.from({ length: 200_000 }, (_, i) => i) };
+    else if (key === 'options')
+      data[key] = Array.from({ length: 64 }, () => 'o'.repeat(size(20_000)));
+    else if (key === 'input')
+      data[key] = { blob: Array.from({ length: size(200_000) }, (_, i) => i) };
+    else if (key === 'output')
+      data[key] = { rows: Array.from({ length: size(200_000) }, (_, i) => i) };
     else if (key === 'messages') {
-      data[key] = Array.from({ length: 300 }, () => ({ role: 'user', content: '"é'.repeat(5000) }));
-    } else if (key === 'tools') data[key] = [{ name: 'x'.repeat(MIB) }];
-    else data[key] = 'é"\n'.repeat(400_000);
+      data[key] = Array.from({ length: 300 }, () => ({
+        role: 'user',
+        content: '"é'.repeat(size(1000)),
+      }));
+    } else if (key === 'tools') data[key] = [{ name: 'x'.repeat(size(MIB)) }];
+    else data[key] = 'é"\n'.repeat(size(200_000));
   }
-  if (type === 'tool.finished') Object.assign(data, { failed: true, errorText: 'e'.repeat(MIB) });
+  if (type === 'tool.finished')
+    Object.assign(data, { failed: true, errorText: 'e'.repeat(size(MIB / 2)) });
   return data;
 }
 
@@ -601,11 +613,13 @@ describe('gateEvent: every catalogue type at its worst', () => {
     '%s fits %p bytes and passes validateEvent',
     (type, limitBytes) => {
       // Given the type's data at the sizes the schema allows, and large metadata
-      const event = eventOf(type as string, inflate(type as EventType), {
+      const event = eventOf(type as string, inflate(type as EventType, limitBytes as number), {
         traceId: 't-1',
-        note: 'n'.repeat(100_000),
+        note: 'n'.repeat(Math.ceil(((limitBytes as number) * 100_000) / MIB)),
       });
-      expect(problemsOf(event)).toEqual([]);
+      // The data differs between limits only in the length of free-form values, which no
+      // schema bounds: valid at the smallest limit is valid at every limit.
+      if (limitBytes === MIN_LIMIT_BYTES) expect(problemsOf(event)).toEqual([]);
 
       // When it is gated
       const result = gateEvent(event, limitBytes as number);
@@ -617,4 +631,381 @@ describe('gateEvent: every catalogue type at its worst', () => {
       if (over) expect(stampOf(result).originalByteLength).toBe(measureEvent(event));
     },
   );
+});
+
+describe('gateEvent: limits and metadata', () => {
+  it.each([MIN_LIMIT_BYTES - 1, 4096.5, Number.NaN, 2 ** 53])(
+    'refuses the limit %p, naming the least it accepts',
+    (limitBytes) => {
+      const event = eventOf('message.added', { messageId: 'm', role: 'user', text: 'hi' });
+
+      expect(() => gateEvent(event, limitBytes)).toThrow(
+        `limitBytes must be an integer ≥ ${MIN_LIMIT_BYTES}, got ${limitBytes}`,
+      );
+    },
+  );
+
+  it('accepts MIN_LIMIT_BYTES itself', () => {
+    const event = eventOf('message.added', {
+      messageId: 'm',
+      role: 'user',
+      text: 'x'.repeat(5000),
+    });
+
+    expectRecordable(gateEvent(event, MIN_LIMIT_BYTES), MIN_LIMIT_BYTES);
+  });
+
+  it('clamps strings nested in the metadata, copying only what it changes', () => {
+    // Given metadata whose long strings sit inside an object and an array
+    const shared = { kept: true };
+    const metadata = {
+      traceId: 't-1',
+      trace: { notes: ['n'.repeat(100_000), 'short'], shared },
+    };
+    const event = eventOf(
+      'message.added',
+      { messageId: 'msg-1', role: 'user', text: 'Where is my refund?' },
+      metadata,
+    );
+    const before = canonicalJson(event);
+
+    // When it is gated
+    const result = gateEvent(event, 16 * 1024);
+
+    // Then the nested string is clamped where it was, the array still an array, the rest kept
+    expectRecordable(result, 16 * 1024);
+    expect(canonicalJson(event)).toBe(before);
+    const reduced = result.event.metadata as typeof metadata;
+    expect(reduced.traceId).toBe('t-1');
+    expect(Array.isArray(reduced.trace.notes)).toBe(true);
+    expect(reduced.trace.notes[1]).toBe('short');
+    expect(clampedPrefix(metadata.trace.notes[0], reduced.trace.notes[0])).toBeGreaterThan(
+      MIN_CLAMP_CHARS,
+    );
+    expect(reduced.trace.shared).toBe(shared);
+    expect(dataOf(result).text).toBe('Where is my refund?');
+    expect(stampOf(result).clampedParts).toBe(1);
+  });
+
+  it('clamps metadata to the floor when only the floor fits its share, rather than emptying it', () => {
+    // Given 70 notes of 200 characters: 14 KiB, over 1/8 of a 64 KiB budget even with each
+    // note cut to 100 characters, within it with each cut to 64
+    const metadata = Object.fromEntries(
+      Array.from({ length: 70 }, (_, i) => [`n${i}`, `${i}`.padEnd(200, '.')]),
+    );
+    const event = eventOf(
+      'message.added',
+      { messageId: 'msg-1', role: 'user', text: 'x'.repeat(100_000) },
+      metadata,
+    );
+
+    const result = gateEvent(event, 64 * 1024);
+
+    expectRecordable(result, 64 * 1024);
+    const reduced = result.event.metadata as Record<string, string>;
+    expect(Object.keys(reduced)).toEqual(Object.keys(metadata));
+    // (the floor pass fits; the spare bytes then buy a few more characters, never 100)
+    for (const key of Object.keys(metadata)) {
+      const kept = clampedPrefix(metadata[key], reduced[key]);
+      expect(kept).toBeGreaterThanOrEqual(MIN_CLAMP_CHARS);
+      expect(kept).toBeLessThan(100);
+    }
+  });
+
+  it('empties metadata it cannot clamp into its share, counting it once', () => {
+    // Given metadata of numbers only, far over 1/8 of the budget
+    const metadata = { samples: Array.from({ length: 20_000 }, (_, i) => i) };
+    const data = { messageId: 'msg-1', role: 'user', text: 'Where is my refund?' };
+    const event = eventOf('message.added', data, metadata);
+
+    // When it is gated
+    const result = gateEvent(event, 16 * 1024);
+
+    // Then the metadata is {} and the data as it was
+    expectRecordable(result, 16 * 1024);
+    expect(result.event.metadata).toEqual({});
+    expect(dataOf(result)).toEqual({ ...data, truncation: stampOf(result) });
+    expect(stampOf(result)).toEqual({
+      originalByteLength: measureEvent(event),
+      limitBytes: 16 * 1024,
+      omittedMessageCount: 0,
+      clampedParts: 1,
+    });
+  });
+
+  it('keeps metadata within its share as the same object', () => {
+    const metadata = { traceId: 't-1' };
+    const event = eventOf(
+      'message.added',
+      { messageId: 'msg-1', role: 'user', text: 'x'.repeat(10_000) },
+      metadata,
+    );
+
+    const result = gateEvent(event, 4096);
+
+    expectRecordable(result, 4096);
+    expect(result.event.metadata).toBe(metadata);
+  });
+
+  it('falls back to what the schema requires when the size it is given is far too small', () => {
+    // Given a 100 KiB model call claimed to be one byte over the limit
+    const messages = Array.from({ length: 20 }, (_, i) => ({
+      role: 'user',
+      content: `${i}`.padEnd(5000, '.'),
+    }));
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages });
+
+    // When it is gated with that size
+    const result = gateEvent(event, 4096, 4097);
+
+    // Then the result still fits: the confirming measure caught the wrong size
+    expectRecordable(result, 4096);
+    expect(dataOf(result).messages).toEqual([]);
+    expect(stampOf(result)).toMatchObject({ originalByteLength: 4097, omittedMessageCount: 20 });
+  });
+
+  it('throws when not even the envelope fits, naming the event and the limit', () => {
+    const id = 'i'.repeat(4000);
+    const event = { id, type: 'message.added', data: { text: 'hi' }, metadata: {} };
+
+    expect(() => gateEvent(event, MIN_LIMIT_BYTES)).toThrow(
+      `cannot reduce message.added event ${'i'.repeat(64)} to ${MIN_LIMIT_BYTES} bytes: its envelope alone is too big`,
+    );
+  });
+});
+
+describe('gateEvent: a surrogate pair at the cut', () => {
+  it.each([
+    ['the first', '\ud800\udc00'],
+    ['the last', '\udbff\udfff'],
+  ])('is kept whole or cut before, for %s pair of Unicode', (_which, pair) => {
+    // Given a tool whose name has a surrogate pair across the 64th character, and a schema
+    // large enough that the tools become name stubs (names clamped to 64 characters)
+    const name = `${'a'.repeat(63)}${pair}${'b'.repeat(100)}`;
+    const tools = [{ name, description: 'd'.repeat(100_000) }];
+    const messages = [{ role: 'user', content: 'Look up order 1042' }];
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages, tools });
+
+    // When it is gated
+    const result = gateEvent(event, 64 * 1024);
+
+    // Then the stub's name stops before the pair rather than splitting it
+    expectRecordable(result, 64 * 1024);
+    expect(dataOf(result).tools).toEqual([
+      { name: `${'a'.repeat(63)}${TRUNCATION_MARKER} ${name.length - 63} chars]` },
+    ]);
+  });
+
+  it('cuts a name at 64 characters when a character just below the surrogates is there', () => {
+    const name = `${'a'.repeat(63)}\ud7ff${'b'.repeat(100)}`;
+    const tools = [{ name, description: 'd'.repeat(100_000) }];
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages: [], tools });
+
+    const result = gateEvent(event, 64 * 1024);
+
+    expect(dataOf(result).tools).toEqual([
+      { name: `${name.slice(0, 64)}${TRUNCATION_MARKER} ${name.length - 64} chars]` },
+    ]);
+  });
+});
+
+describe('gateEvent: the fallback', () => {
+  it('keeps what the schema requires, identifiers clamped, the input as a placeholder, and counts each', () => {
+    // Given identifiers at their schema maximum in characters JSON escapes 6-fold, and an input
+    // that is no use to clamp
+    const toolCallId = '\u0000'.repeat(256);
+    const toolName = '\u0001'.repeat(1024);
+    const input = { blob: Array.from({ length: 2000 }, (_, i) => i) };
+    const metadata = { traceId: 't-1' };
+    const event = eventOf('tool.started', { toolCallId, toolName, input }, metadata);
+
+    // When it is gated to the smallest limit
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    // Then only the envelope is left: identifiers cut to 16 characters, the input's size named
+    expectRecordable(result, MIN_LIMIT_BYTES);
+    expect(dataOf(result)).toEqual({
+      toolCallId: `${toolCallId.slice(0, 16)}${TRUNCATION_MARKER} 240 chars]`,
+      toolName: `${toolName.slice(0, 16)}${TRUNCATION_MARKER} 1008 chars]`,
+      input: { raw: `[omitted: ${jsonBytes(input)} bytes of JSON]` },
+      truncation: {
+        originalByteLength: measureEvent(event),
+        limitBytes: MIN_LIMIT_BYTES,
+        omittedMessageCount: 0,
+        clampedParts: 3,
+      },
+    });
+    expect(result.event.metadata).toBe(metadata);
+  });
+
+  it('leaves out optional fields, counting each, and keeps required free text clamped to the floor', () => {
+    // Given a finished run whose optional texts are huge and whose identifiers are long
+    const event = eventOf('approval.requested', {
+      approvalId: '\u0000'.repeat(256),
+      toolCallId: 'tc-1',
+      toolName: 'deploy',
+      input: { env: 'prod' },
+      question: 'q'.repeat(5000),
+      options: Array.from({ length: 64 }, () => 'o'.repeat(100)),
+    });
+
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    expectRecordable(result, MIN_LIMIT_BYTES);
+    const data = dataOf(result);
+    expect(Object.keys(data).sort()).toEqual([
+      'approvalId',
+      'input',
+      'toolCallId',
+      'toolName',
+      'truncation',
+    ]);
+    expect(data.toolCallId).toBe('tc-1');
+    expect(data.toolName).toBe('deploy');
+  });
+
+  it('first keeps identifiers and labels whole, leaving out what the schema does not require', () => {
+    // Given a run whose optional title is a label at its maximum, which nothing may clamp
+    // before the fallback, and an agent name longer than the fallback's 16 characters
+    const event = eventOf('run.started', {
+      threadId: 'thread-1',
+      agent: 'support-bot-for-refunds',
+      source: 'typed',
+      title: '\u0001'.repeat(1024),
+      goal: 'g'.repeat(100),
+    });
+
+    const result = gateEvent(event, 4096);
+
+    // Then the title and goal are left out, counted, and the agent kept whole
+    expectRecordable(result, 4096);
+    expect(dataOf(result)).toEqual({
+      threadId: 'thread-1',
+      agent: 'support-bot-for-refunds',
+      source: 'typed',
+      truncation: {
+        originalByteLength: measureEvent(event),
+        limitBytes: 4096,
+        omittedMessageCount: 0,
+        clampedParts: 2,
+      },
+    });
+  });
+
+  it('keeps a fallback that fills the budget to the byte', () => {
+    // Given events that only the fallback fits, their ids a character longer each time
+    const sized = (n: number) => ({
+      id: 'i'.repeat(n),
+      type: 'message.added',
+      data: { messageId: 'm', role: 'user', text: 'x'.repeat(5000) },
+      metadata: {},
+    });
+    const fits = (n: number) => {
+      try {
+        return gateEvent(sized(n), MIN_LIMIT_BYTES);
+      } catch {
+        return undefined;
+      }
+    };
+    let longest = 900;
+    while (fits(longest + 1) !== undefined) longest += 1;
+
+    // Then the longest id that fits makes an event of exactly the budget
+    expect(fits(longest)?.byteLength).toBe(MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES);
+  });
+
+  it('empties the metadata as a last resort, when the id is far longer than a UUID', () => {
+    const metadata = { traceId: 't'.repeat(100) };
+    const event = {
+      id: 'i'.repeat(1000),
+      type: 'message.added',
+      data: { messageId: 'm', role: 'user', text: 'x'.repeat(5000) },
+      metadata,
+    };
+
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    expect(result.event.metadata).toEqual({});
+    expect(result.byteLength).toBeLessThanOrEqual(MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES);
+    expect(stampOf(result)).toEqual({
+      originalByteLength: measureEvent(event),
+      limitBytes: MIN_LIMIT_BYTES,
+      omittedMessageCount: 0,
+      clampedParts: 2,
+    });
+    expect(dataOf(result).text).toBe(`${'x'.repeat(16)}${TRUNCATION_MARKER} 4984 chars]`);
+  });
+});
+
+describe('gateEvent: edges of the reduction', () => {
+  it('keeps a reduction that fills the budget to the byte, rather than falling back', () => {
+    // Given model calls of short messages (nothing to clamp) whose callId grows a character at
+    // a time: one of them is reduced, by dropping its oldest messages, to exactly the budget
+    const limit = 16 * 1024;
+    const budget = limit - STAMP_RESERVE_BYTES;
+    const messages = Array.from({ length: 1000 }, (_, i) => ({ role: 'user', content: `m${i}` }));
+    const exact = Array.from({ length: 60 }, (_, pad) =>
+      gateEvent(
+        eventOf('model.call', { callId: 'c'.repeat(1 + pad), model: 'm', messages }),
+        limit,
+      ),
+    ).find((result) => result.byteLength === budget);
+
+    // Then it is kept as reduced: the newest messages, not the envelope alone
+    expect(exact).toBeDefined();
+    expect((dataOf(exact!).messages as Message[]).length).toBeGreaterThan(100);
+  });
+
+  it('names an omitted part by its whole type when that is exactly 32 characters', () => {
+    const type = `${'t'.repeat(31)}\ud83d`;
+    const part = { type, data: 'x'.repeat(100_000) };
+    const event = eventOf('model.call', {
+      callId: 'c',
+      model: 'm',
+      messages: [{ role: 'user', content: [part] }],
+    });
+
+    const result = gateEvent(event, 16 * 1024);
+
+    const [kept] = dataOf(result).messages as { content: Part[] }[];
+    expect(kept.content[0]).toEqual({
+      type: 'text',
+      text: `[omitted ${type} part of ${jsonBytes(part)} bytes]`,
+    });
+  });
+
+  it('keeps a tool name of exactly 64 characters whole in its stub', () => {
+    const name = 'n'.repeat(MIN_CLAMP_CHARS);
+    const tools = [{ name, description: 'd'.repeat(100_000) }];
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages: [], tools });
+
+    expect(dataOf(gateEvent(event, 64 * 1024)).tools).toEqual([{ name }]);
+  });
+
+  it('returns plain data: every property of the reduced event can be written and deleted', () => {
+    const event = eventOf(
+      'tool.started',
+      {
+        toolCallId: 'tc-1',
+        toolName: 'search',
+        input: { query: 'refund', pages: [{ text: 'p'.repeat(50_000) }] },
+      },
+      { trace: { notes: ['n'.repeat(50_000)] } },
+    );
+
+    const result = gateEvent(event, 16 * 1024);
+
+    const problems: string[] = [];
+    const walk = (value: unknown, path: string) => {
+      if (value === null || typeof value !== 'object') return;
+      for (const key of Object.keys(value)) {
+        const d = Object.getOwnPropertyDescriptor(value, key)!;
+        if (!d.writable || !d.configurable || !d.enumerable) problems.push(`${path}.${key}`);
+        walk((value as Data)[key], `${path}.${key}`);
+      }
+    };
+    walk(result.event, 'event');
+    expect(problems).toEqual([]);
+    expect((result.event.data as Data).input).toMatchObject({ query: 'refund' });
+  });
 });

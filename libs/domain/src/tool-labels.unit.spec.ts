@@ -66,4 +66,15 @@ describe('toolLabel', () => {
       `Searching: ${'y'.repeat(LABEL_TITLE_MAX)}`,
     );
   });
+
+  it('reads a run of separators in an unknown tool name as one space', () => {
+    expect(toolLabel('lookup__order--v2', {})).toBe('Using lookup order v2');
+  });
+
+  it('cuts a long title without leaving a space before the ellipsis', () => {
+    const title = `${'a'.repeat(LABEL_TITLE_MAX - 2)} ${'b'.repeat(10)}`;
+    expect(toolLabel('search', { query: title })).toBe(
+      `Searching: ${'a'.repeat(LABEL_TITLE_MAX - 2)}…`,
+    );
+  });
 });

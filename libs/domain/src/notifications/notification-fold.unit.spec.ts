@@ -186,3 +186,67 @@ describe('foldNotification: long threads', () => {
     expect(state.activeRuns).toEqual([]);
   });
 });
+
+describe('foldNotification: edges', () => {
+  const withUser = (event: ProjectedEvent, user: unknown): ProjectedEvent => ({
+    ...event,
+    metadata: { ...event.metadata, user },
+  });
+
+  it('folds an event once: a redelivery at or below the position is ignored', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    const started = log.runStarted('r1');
+    const asked = log.approvalRequested('r1', 'ap1', 'tc1');
+    foldNotification(state, started);
+    expect(foldNotification(state, asked)).toMatchObject({ kind: 'blocked' });
+    expect(foldNotification(state, asked)).toBeNull();
+    expect(foldNotification(state, { ...started, type: 'run.paused' })).toBeNull();
+    expect(state.position).toBe(asked.position);
+  });
+
+  it('takes the first title that is not blank', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, log.runStarted('r1', { title: '   ' }));
+    expect(state.title).toBeNull();
+    foldNotification(state, log.runStarted('r2', { title: 'Refunds' }));
+    foldNotification(state, log.runStarted('r3', { title: 'Other' }));
+    expect(state.title).toBe('Refunds');
+  });
+
+  it('remembers each user once, ignoring a missing or empty one', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, withUser(log.runStarted('r1'), 'u:ana'));
+    foldNotification(state, withUser(log.turnStarted('r1', 't1'), 'u:ana'));
+    foldNotification(state, withUser(log.turnStarted('r1', 't2'), ''));
+    foldNotification(state, withUser(log.turnStarted('r1', 't3'), 7));
+    foldNotification(state, withUser(log.turnStarted('r1', 't4'), 'u:bo'));
+    expect(state.users).toEqual(['u:ana', 'u:bo']);
+  });
+
+  it('asks the approval’s question trimmed, and leaves a blank one out', () => {
+    const asked = (question: string) => {
+      const state = emptyNotificationThread(TENANT, THREAD);
+      foldNotification(state, log.runStarted('r1'));
+      const event = log.approvalRequested('r1', 'ap1', 'tc1', 'deploy', { env: 'prod' });
+      return foldNotification(state, { ...event, data: { ...event.data, question } });
+    };
+    expect(asked('  Ship it?  ')).toMatchObject({
+      question: 'Ship it?',
+      summary: 'approval requested: Deploying: prod | Ship it?',
+    });
+    const blank = asked('   ');
+    expect(blank).not.toHaveProperty('question');
+    expect(blank?.summary).toBe('approval requested: Deploying: prod');
+  });
+
+  it('collapses whitespace in a finished run’s summary, and leaves out blank details', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, log.runStarted('r1'));
+    const done = log.runFinished('r1', 'failed');
+    const item = foldNotification(state, {
+      ...done,
+      data: { ...done.data, reason: '  ', errorText: ' payments  API\n down ' },
+    });
+    expect(item?.summary).toBe('run failed | payments API down');
+  });
+});

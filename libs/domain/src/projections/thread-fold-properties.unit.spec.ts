@@ -6,6 +6,7 @@
  * a tool's start and finish arrive never changes its final part.
  */
 import fc from 'fast-check';
+import { propertyRuns } from '../testing/property-runs';
 import { fold, TENANT, THREAD, ThreadLog, toolParts } from './testing/thread-events';
 import { callId, threadSequences as sequences, toolName } from './testing/thread-sequences';
 import { uiMessageProblems } from './testing/ui-messages';
@@ -86,7 +87,7 @@ describe('thread fold properties', () => {
         const live = fold(events);
         expect(JSON.stringify(foldInChunks(events, cuts))).toBe(JSON.stringify(live));
       }),
-      { numRuns: 400 },
+      { numRuns: propertyRuns(400) },
     );
   });
 
@@ -102,7 +103,7 @@ describe('thread fold properties', () => {
         }
         expect(JSON.stringify(state)).toBe(JSON.stringify(fold(events)));
       }),
-      { numRuns: 100 },
+      { numRuns: propertyRuns(100) },
     );
   });
 
@@ -115,7 +116,7 @@ describe('thread fold properties', () => {
           expect(invariantProblems(state)).toEqual([]);
         }
       }),
-      { numRuns: 300 },
+      { numRuns: propertyRuns(300) },
     );
   });
 
@@ -124,7 +125,7 @@ describe('thread fold properties', () => {
       fc.asyncProperty(sequences, async (events) => {
         expect(await uiMessageProblems(fold(events).messages)).toBeNull();
       }),
-      { numRuns: 300 },
+      { numRuns: propertyRuns(300) },
     );
   });
 });
@@ -222,7 +223,7 @@ describe('tool start/finish interleavings', () => {
           }
         },
       ),
-      { numRuns: 500 },
+      { numRuns: propertyRuns(500) },
     );
   });
 });

@@ -200,6 +200,37 @@ describe('voiceSeed', () => {
     expect(voiceSeed(state, { maxTurns: 2 }).turns.map((t) => t.text)).toEqual(['t8', 't9']);
     expect(voiceSeed(state, { maxTokens: 3 }).turns.map((t) => t.text)).toEqual(['t7', 't8', 't9']);
   });
+
+  it.each([
+    ['the first', '\ud800\udc00'],
+    ['the last', '\udbff\udfff'],
+  ])('never starts a cut turn inside %s surrogate pair of Unicode', (_which, pair) => {
+    const state = given(
+      log.runStarted('r1'),
+      log.message('r1', 'm1', 'user', `${pair.repeat(3)}xx`),
+    ).when();
+    expect(voiceSeed(state, { maxTokens: 1 }).turns).toEqual([
+      { role: 'user', text: `${CUT_TURN_MARKER}xx` },
+    ]);
+  });
+
+  it('given no token budget at all, then nothing is replayed, not even a cut turn', () => {
+    const state = given(log.runStarted('r1'), log.message('r1', 'm1', 'user', 'hello')).when();
+    expect(voiceSeed(state, { maxTokens: 0 })).toEqual({
+      turns: [],
+      tokenEstimate: 0,
+      activeTools: [],
+    });
+  });
+
+  it('given no turn budget, then nothing is replayed', () => {
+    const state = given(log.runStarted('r1'), log.message('r1', 'm1', 'user', 'hello')).when();
+    expect(voiceSeed(state, { maxTurns: 0 })).toEqual({
+      turns: [],
+      tokenEstimate: 0,
+      activeTools: [],
+    });
+  });
 });
 
 describe('voiceSeed: tool labels', () => {

@@ -177,4 +177,36 @@ describe('toolResultForVoice', () => {
       ),
     );
   });
+
+  it.each([
+    ['the first', '\ud800\udc00'],
+    ['the last', '\udbff\udfff'],
+  ])('never cuts inside %s surrogate pair of Unicode', (_which, pair) => {
+    const result = toolResultForVoice(finishedWith(`abc${pair}z`), 'tc1', { maxChars: 4 });
+    expect(result?.text).toBe(`abc\n${continuationHint(3, 6)}`);
+  });
+
+  it('cuts after a character just below the surrogates whole', () => {
+    const result = toolResultForVoice(finishedWith('abc\ud7ffz'), 'tc1', { maxChars: 4 });
+    expect(result?.text).toBe(`abc\ud7ff\n${continuationHint(4, 5)}`);
+  });
+
+  it('groups thousands in the hint at every order of magnitude', () => {
+    expect(continuationHint(999, 1_234_567)).toBe(
+      '[Result cut at 999 of 1,234,567 characters. Ask again for less: a narrower query or filter. ' +
+        'Or ask for the rest, starting at character 999.]',
+    );
+  });
+
+  it('names the call, its state and where the text starts', () => {
+    expect(toolResultForVoice(finishedWith('done'), 'tc1')).toEqual({
+      toolCallId: 'tc1',
+      toolName: 'search',
+      state: 'output-available',
+      text: 'done',
+      truncated: false,
+      totalChars: 4,
+      offset: 0,
+    });
+  });
 });
