@@ -15,8 +15,15 @@ export interface BatchHandler {
   /**
    * Handles a batch (position order) and commits its checkpoint with it. May take several
    * turns of the event loop; a throw stops the processor, nothing of the batch counted.
+   * `stopping` is aborted by `stop()`: a handler that waits (a retry) gives up by throwing,
+   * which then only means the batch was not handled.
    */
-  handle(batch: readonly RecordedEvent[]): Promise<void> | void;
+  handle(batch: readonly RecordedEvent[], stopping: AbortSignal): Promise<void> | void;
+  /**
+   * Sees each event as it is taken from the subscription, before its batch is handled: CPU
+   * work done here overlaps the handling of the batches before it (see `batchesAhead`).
+   */
+  taken?(event: RecordedEvent): void;
 }
 
 export interface ProcessorObserver {
@@ -40,6 +47,11 @@ export interface ProcessorOptions {
    * them a failed subscription stops the processor.
    */
   resubscribeMs?: readonly number[];
+  /**
+   * Full batches that may wait behind the one being handled before reading pauses (0: the
+   * next batch gathers only while the current one is handled).
+   */
+  batchesAhead?: number;
 }
 
 /** Events taken from the subscription between two turns of the event loop. */
@@ -66,12 +78,18 @@ export class CheckpointedProcessor {
   private batch: RecordedEvent[] = [];
   private batchStartedAt = 0;
   private handling: Promise<void> = Promise.resolve();
+  /** Batches queued or being handled. */
+  private pending = 0;
+  private wakeReader: (() => void) | null = null;
+  private restarting = false;
+  private stopping = new AbortController();
   private idleScheduled = false;
   private yielding = false;
   private failure: unknown = null;
   private readonly waiters = new Set<{ min: number; resolve: () => void }>();
   private readonly batchSize: number;
   private readonly maxBatchMs: number;
+  private readonly batchesAhead: number;
 
   constructor(
     private readonly log: EventStoreReader,
@@ -81,6 +99,7 @@ export class CheckpointedProcessor {
   ) {
     this.batchSize = options.batchSize ?? 1000;
     this.maxBatchMs = options.maxBatchMs ?? 100;
+    this.batchesAhead = options.batchesAhead ?? 0;
     this.position = handler.checkpoint();
   }
 
@@ -93,6 +112,8 @@ export class CheckpointedProcessor {
     if (this.running) return;
     this.failure = null;
     this.stopped = false;
+    this.stopping = new AbortController();
+    this.restarting = false;
     this.position = this.handler.checkpoint();
     this.taken = this.position;
     this.running = this.run();
@@ -101,6 +122,7 @@ export class CheckpointedProcessor {
   /** Stops following; the batch gathered so far is handled first. */
   async stop(): Promise<void> {
     this.stopped = true;
+    this.stopping.abort(new Error('the processor is stopping'));
     this.wakeRetry?.();
     await this.subscription?.close();
     await this.running;
@@ -111,7 +133,8 @@ export class CheckpointedProcessor {
 
   private async run(): Promise<void> {
     const waits = this.options.resubscribeMs ?? [];
-    for (let failures = 0; !this.stopped && this.failure === null; failures += 1) {
+    let failures = 0;
+    while (!this.stopped && this.failure === null) {
       const subscription = this.log.subscribeToAll({
         fromPosition: this.taken === 0 ? 'start' : this.taken,
         streamPrefix: this.options.streamPrefix,
@@ -119,6 +142,10 @@ export class CheckpointedProcessor {
       this.subscription = subscription;
       const before = this.taken;
       const error = await this.follow(subscription);
+      if (this.restarting && !this.stopped) {
+        this.restarting = false;
+        continue;
+      }
       if (error === null || this.stopped) return;
       if (waits.length === 0) {
         this.fail(error);
@@ -136,7 +163,26 @@ export class CheckpointedProcessor {
         };
       });
       this.wakeRetry = null;
+      failures += 1;
     }
+  }
+
+  /** True while events are gathered or batches wait for, or are in, the handler. */
+  busy(): boolean {
+    return this.batch.length > 0 || this.pending > 0;
+  }
+
+  /**
+   * Closes the subscription and follows again from the last handled position: for a
+   * subscription that went quiet without failing. Only while idle (false when busy), so
+   * nothing is handled twice.
+   */
+  resubscribe(): boolean {
+    if (this.stopped || this.subscription === null || this.busy()) return false;
+    this.restarting = true;
+    this.taken = this.position;
+    void this.subscription.close().catch(() => undefined);
+    return true;
   }
 
   /**
@@ -185,16 +231,22 @@ export class CheckpointedProcessor {
     let sinceYield = 0;
     try {
       for await (const event of subscription) {
-        if (this.failure !== null) return null;
+        if (this.failure !== null || this.restarting) return null;
+        // Bounded while the handler is slow (a broker down): batches flushed because the log
+        // went quiet count too, besides the one gathering.
+        await this.whilePending(this.batchesAhead + 1);
+        if (this.failure !== null || this.restarting) return null;
         if (this.batch.length === 0) this.batchStartedAt = Date.now();
         this.batch.push(event);
         this.taken = event.position;
+        this.handler.taken?.(event);
         if (
           this.batch.length >= this.batchSize ||
           Date.now() - this.batchStartedAt >= this.maxBatchMs
         ) {
-          // Back-pressure: no more is read while a full batch waits for its handler.
-          await this.flush();
+          // Back-pressure: no more is read while more full batches wait than allowed.
+          void this.flush();
+          await this.whilePending(this.batchesAhead);
         } else {
           this.scheduleIdleFlush();
         }
@@ -210,6 +262,13 @@ export class CheckpointedProcessor {
       return null;
     } catch (error) {
       return error;
+    }
+  }
+
+  /** Waits while more than `most` batches are queued or being handled. */
+  private async whilePending(most: number): Promise<void> {
+    while (this.pending > most) {
+      await new Promise<void>((resolve) => (this.wakeReader = resolve));
     }
   }
 
@@ -230,15 +289,24 @@ export class CheckpointedProcessor {
     if (this.batch.length === 0) return this.handling;
     const batch = this.batch;
     this.batch = [];
-    this.handling = this.handling.then(() => this.handleBatch(batch));
+    this.pending += 1;
+    this.handling = this.handling
+      .then(() => this.handleBatch(batch))
+      .finally(() => {
+        this.pending -= 1;
+        this.wakeReader?.();
+        this.wakeReader = null;
+      });
     return this.handling;
   }
 
   private async handleBatch(batch: RecordedEvent[]): Promise<void> {
     if (this.failure !== null) return;
+    const stopping = this.stopping.signal;
     try {
-      await this.handler.handle(batch);
+      await this.handler.handle(batch, stopping);
     } catch (error) {
+      if (stopping.aborted) return;
       this.fail(error);
       void this.subscription?.close();
       return;

@@ -1,7 +1,8 @@
 /**
- * The mirror's follower: reads the run streams of the log from its checkpoint, encodes each
- * event and publishes it through a sink, and moves the checkpoint only after the sink
- * acknowledged (at-least-once: consumers dedupe by event id). BACKGROUND.md §3 is why it
+ * The mirror's follower, a handler on the log's one follower (CheckpointedProcessor): reads
+ * the run streams of the log from its checkpoint, encodes each event and publishes it through
+ * a sink, and moves the checkpoint only after the sink acknowledged (at-least-once:
+ * consumers dedupe by event id). BACKGROUND.md §3 is why it
  * is built this way:
  *  - a publish failure is retried with capped exponential backoff, forever, counted and
  *    logged with the event's id and position; the checkpoint never skips ahead;
@@ -11,7 +12,12 @@
  *    and resubscribes from the checkpoint.
  */
 import { RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
-import type { EventStoreReader, RecordedEvent, Subscription } from '@runledger/event-store';
+import {
+  CheckpointedProcessor,
+  type BatchHandler,
+  type EventStoreReader,
+  type RecordedEvent,
+} from '@runledger/event-store';
 import { RejectedMessageError, type EventSink } from './event-sink.port';
 import type { MirrorStore, ParkedEvent, ParkRequest } from './mirror.store';
 import {
@@ -78,35 +84,30 @@ export class StillParkedError extends Error {
   }
 }
 
-const QUEUE_HIGH_WATER = 4;
+/** Full batches encoded ahead of the one being published. */
+const BATCHES_AHEAD = 3;
 
 /** An event taken from the subscription, with its record or why it has none. */
-interface Queued {
-  event: RecordedEvent;
+interface Encoded {
   message?: MirrorMessage;
   refusal?: string;
 }
 
-export class MirrorFollower {
+export class MirrorFollower implements BatchHandler {
+  private readonly processor: CheckpointedProcessor;
   private position: number;
-  private subscription: Subscription | null = null;
-  private generation = 0;
-  private queue: Queued[] = [];
   private stopped = true;
-  private loop: Promise<void> | null = null;
-  private wakePublisher: (() => void) | null = null;
-  private wakePump: (() => void) | null = null;
-  private readonly sleepers = new Set<() => void>();
-  private inFlight = false;
-  /** Consecutive batches that failed for a reason other than publishing. */
+  /** Encoded as taken, by position, until their batch is committed. */
+  private readonly encoded = new Map<number, Encoded>();
+  /** Consecutive attempts that failed for a reason other than publishing. */
   private unexpected = 0;
   private failingSince: number | null = null;
   private failures = 0;
   private lastFailure: PublishFailure | null = null;
   private delivered = 0;
+  private stoppedBy: string | null = null;
   private watchdog: NodeJS.Timeout | null = null;
   private suspect: { position: number; delivered: number } | null = null;
-  private readonly batchSize: number;
   private readonly batchBytes: number;
   private readonly retryInitialMs: number;
   private readonly retryMaxMs: number;
@@ -120,13 +121,35 @@ export class MirrorFollower {
     private readonly observer: MirrorObserver,
     private readonly options: MirrorFollowerOptions,
   ) {
-    this.batchSize = options.batchSize ?? 500;
     this.batchBytes = options.batchBytes ?? 512 * 1024;
     this.retryInitialMs = options.retryInitialMs ?? 100;
     this.retryMaxMs = options.retryMaxMs ?? 5000;
     this.watchdogMs = options.watchdogMs ?? 5000;
     this.now = options.now ?? Date.now;
     this.position = store.checkpoint();
+    this.processor = new CheckpointedProcessor(
+      log,
+      this,
+      {
+        // The handler tells its own progress: it commits byte-bounded parts of a batch.
+        committed: () => undefined,
+        // The handler retries until acknowledged or stopped and subscriptions are resumed, so
+        // this is a bug; the mirror then reports itself not ready rather than lag quietly.
+        failed: (error, position) => {
+          this.stoppedBy = `the follower stopped at position ${position}: ${errorText(error)}`;
+        },
+        // The store ended the subscription with an error (EventStoreDB dropped it): follow
+        // again after what was already taken.
+        resubscribing: (error, position) =>
+          this.observer.resubscribed(`the subscription failed: ${errorText(error)}`, position),
+      },
+      {
+        streamPrefix: RUN_STREAM_PREFIX,
+        batchSize: options.batchSize ?? 500,
+        batchesAhead: BATCHES_AHEAD,
+        resubscribeMs: [this.retryInitialMs * 10],
+      },
+    );
   }
 
   /** Position of the last event acknowledged by the broker or parked. */
@@ -137,8 +160,8 @@ export class MirrorFollower {
   start(): void {
     if (!this.stopped) return;
     this.stopped = false;
-    this.subscribe();
-    this.loop = this.publishLoop();
+    this.stoppedBy = null;
+    this.processor.start();
     this.watchdog = setInterval(() => {
       this.checkWatchdog().catch(() => undefined);
     }, this.watchdogMs);
@@ -149,17 +172,25 @@ export class MirrorFollower {
     if (this.stopped) return;
     this.stopped = true;
     if (this.watchdog) clearInterval(this.watchdog);
-    this.generation += 1;
-    this.wake();
-    await this.subscription?.close();
-    this.subscription = null;
-    await this.loop;
-    this.loop = null;
-    this.queue = [];
+    await this.processor.stop();
+    this.encoded.clear();
+  }
+
+  checkpoint(): number {
+    this.position = this.store.checkpoint();
+    return this.position;
+  }
+
+  taken(event: RecordedEvent): void {
+    // Encoded as taken, while the handler awaits the broker: the CPU work of the next
+    // batches overlaps the network wait of the current one.
+    this.encoded.set(event.position, this.encode(event));
+    this.delivered += 1;
   }
 
   /** Null while healthy; else why the mirror should not count as ready. */
   problem(): string | null {
+    if (this.stoppedBy !== null) return this.stoppedBy;
     if (this.failingSince === null || this.lastFailure === null) return null;
     const failingMs = this.now() - this.failingSince;
     if (failingMs < this.options.stallMs) return null;
@@ -181,30 +212,31 @@ export class MirrorFollower {
   }
 
   /**
-   * The watchdog's look, also callable directly: when the publisher is idle yet a run event
+   * The watchdog's look, also callable directly: when the follower is idle yet a run event
    * after what the subscription delivered has waited through a whole period, the
    * subscription is stalled; resubscribe from the checkpoint. True when it resubscribed.
    */
   async checkWatchdog(): Promise<boolean> {
-    if (this.stopped || this.inFlight || this.queue.length > 0) {
+    if (this.stopped || this.processor.busy()) {
       this.suspect = null;
       return false;
     }
-    const seen = this.position;
     const [next] = await this.log.readAll({
-      fromPosition: seen + 1,
+      fromPosition: this.position + 1,
       maxCount: 1,
       streamPrefix: RUN_STREAM_PREFIX,
     });
-    if (!next || this.inFlight || this.queue.length > 0) {
+    if (!next || this.processor.busy()) {
       this.suspect = null;
       return false;
     }
     const suspect = this.suspect;
     if (suspect && suspect.position === next.position && suspect.delivered === this.delivered) {
       this.suspect = null;
-      this.resubscribe(
+      if (!this.processor.resubscribe()) return false;
+      this.observer.resubscribed(
         `run event ${next.id} at position ${next.position} waited a whole watchdog period (${this.watchdogMs} ms) undelivered`,
+        this.position,
       );
       return true;
     }
@@ -243,96 +275,82 @@ export class MirrorFollower {
     return this.store.parkedAt(position) ?? parked;
   }
 
-  private subscribe(): void {
-    const generation = (this.generation += 1);
-    const subscription = this.log.subscribeToAll({
-      fromPosition: this.position === 0 ? 'start' : this.position,
-      streamPrefix: RUN_STREAM_PREFIX,
-    });
-    this.subscription = subscription;
-    void this.pump(subscription, generation);
+  /** Publishes the batch in parts of at most `batchBytes`, each committed once acknowledged. */
+  async handle(batch: readonly RecordedEvent[], stopping: AbortSignal): Promise<void> {
+    for (let from = 0; from < batch.length;) {
+      from = await this.handlePart(batch, from, stopping);
+    }
   }
 
-  private resubscribe(reason: string): void {
-    const old = this.subscription;
-    this.queue = [];
-    this.subscribe();
-    this.observer.resubscribed(reason, this.position);
-    void old?.close().catch(() => undefined);
-  }
-
-  private encode(event: RecordedEvent): Queued {
+  private encode(event: RecordedEvent): Encoded {
     try {
-      return { event, message: encodeRunEvent(event, this.options.format) };
+      return { message: encodeRunEvent(event, this.options.format) };
     } catch (error) {
       if (!(error instanceof UnencodableEventError)) throw error;
-      return { event, refusal: reasonOf(error) };
+      return { refusal: reasonOf(error) };
     }
   }
 
-  /** Moves events from the subscription into the queue, a bounded distance ahead. */
-  private async pump(subscription: Subscription, generation: number): Promise<void> {
-    try {
-      for await (const event of subscription) {
-        if (generation !== this.generation) return;
-        // Encoded here, while the publisher awaits the broker: the CPU work of the next
-        // batch overlaps the network wait of the current one.
-        this.queue.push(this.encode(event));
-        this.delivered += 1;
-        this.wakePublisher?.();
-        while (
-          this.queue.length >= this.batchSize * QUEUE_HIGH_WATER &&
-          generation === this.generation
-        ) {
-          await new Promise<void>((resolve) => (this.wakePump = resolve));
+  /**
+   * Publishes and commits the events from `from` on that fit one publish; returns where the
+   * next part starts. Anything but a publish failure (mirror.db not writable, a bug) is
+   * retried too: the follower must not die quietly, which is how a mirror once dropped every
+   * later event. Counted and logged like a publish failure; the same events are taken
+   * again after the backoff.
+   */
+  private async handlePart(
+    batch: readonly RecordedEvent[],
+    from: number,
+    stopping: AbortSignal,
+  ): Promise<number> {
+    for (;;) {
+      stopping.throwIfAborted();
+      const messages: MirrorMessage[] = [];
+      const parked: ParkRequest[] = [];
+      let bytes = 0;
+      let next = from;
+      while (next < batch.length) {
+        const event = batch[next];
+        const { message, refusal } = this.encoded.get(event.position) ?? this.encode(event);
+        if (message) {
+          if (messages.length > 0 && bytes + message.value.length > this.batchBytes) break;
+          bytes += message.value.length;
+          messages.push(message);
+        } else {
+          parked.push(parkRequest(event, refusal ?? 'unencodable'));
         }
-        if (generation !== this.generation) return;
+        next += 1;
       }
-    } catch (error) {
-      if (generation !== this.generation || this.stopped) return;
-      // The store ended the subscription with an error (EventStoreDB dropped it): follow
-      // again from the checkpoint once the publisher has drained what it already has.
-      this.observer.resubscribed(`the subscription failed: ${errorText(error)}`, this.position);
-      await this.sleep(this.retryInitialMs * 10);
-      if (generation === this.generation && !this.stopped) {
-        while (this.queue.length > 0 || this.inFlight) await this.sleep(this.retryInitialMs);
-        if (generation === this.generation && !this.stopped) this.subscribe();
-      }
-    }
-  }
-
-  private async publishLoop(): Promise<void> {
-    while (!this.stopped) {
-      if (this.queue.length === 0) {
-        await new Promise<void>((resolve) => (this.wakePublisher = resolve));
-        this.wakePublisher = null;
-        continue;
-      }
-      this.inFlight = true;
+      const part = batch.slice(from, next);
+      const last = part[part.length - 1];
       try {
-        // Healthy again only once a batch is published and committed.
-        if (await this.publishBatch()) {
-          this.unexpected = 0;
-          this.succeeded();
-        }
+        const unencodable = parked.length;
+        await this.publishWithRetry(messages, parked, part, stopping);
+        // Parked rows and checkpoint first: should that commit fail, the part is published
+        // again (a duplicate), rather than a parked event being forgotten.
+        this.store.commit(parked, last.position);
+        for (const event of part) this.encoded.delete(event.position);
+        this.position = last.position;
+        for (const request of parked) this.observer.parked(request);
+        const refused = parked.length - unencodable;
+        this.observer.published(messages.length - refused, last.position, last.recordedAt);
+        // Healthy again only once a part is published and committed.
+        this.unexpected = 0;
+        this.succeeded();
+        return next;
       } catch (error) {
-        // Anything else (mirror.db not writable, a bug): the loop must not die quietly, which
-        // is how a mirror once dropped every later event. Counted and logged like a publish
-        // failure; the same events are taken again after the backoff.
+        if (stopping.aborted) throw error;
         this.unexpected += 1;
-        const head = this.queue[0]?.event;
         const retryInMs = this.backoff(this.unexpected);
         this.failed({
           error,
           attempt: this.unexpected,
-          eventId: head?.id ?? '',
-          position: head?.position ?? this.position,
+          eventId: part[0].id,
+          position: part[0].position,
           batchSize: 0,
           retryInMs,
         });
-        await this.sleep(retryInMs);
-      } finally {
-        this.inFlight = false;
+        await sleep(retryInMs, stopping);
       }
     }
   }
@@ -341,68 +359,32 @@ export class MirrorFollower {
     return Math.min(this.retryMaxMs, this.retryInitialMs * 2 ** Math.min(attempt - 1, 20));
   }
 
-  /** True once a batch is acknowledged and committed; false when stopped or superseded. */
-  private async publishBatch(): Promise<boolean> {
-    const generation = this.generation;
-    const messages: MirrorMessage[] = [];
-    const parked: ParkRequest[] = [];
-    let bytes = 0;
-    let taken = 0;
-    let last: RecordedEvent | null = null;
-    while (taken < this.queue.length && taken < this.batchSize) {
-      const { event, message, refusal } = this.queue[taken];
-      if (message) {
-        if (messages.length > 0 && bytes + message.value.length > this.batchBytes) break;
-        bytes += message.value.length;
-        messages.push(message);
-      } else {
-        parked.push(parkRequest(event, refusal ?? 'unencodable'));
-      }
-      last = event;
-      taken += 1;
-    }
-    if (!last) return false;
-    const unencodable = parked.length;
-    const published = await this.publishWithRetry(messages, parked, generation);
-    if (!published || generation !== this.generation) return false;
-    // Parked rows and checkpoint first: should that commit fail, the batch stays queued and
-    // is published again (a duplicate), rather than a parked event being forgotten.
-    this.store.commit(parked, last.position);
-    this.queue.splice(0, taken);
-    if (this.queue.length < this.batchSize * QUEUE_HIGH_WATER) this.wakePump?.();
-    this.position = last.position;
-    for (const request of parked) this.observer.parked(request);
-    const refused = parked.length - unencodable;
-    this.observer.published(messages.length - refused, last.position, last.recordedAt);
-    return true;
-  }
-
   /**
-   * Publishes until acknowledged (true) or stopped (false). A refused batch is sent again one
+   * Publishes until acknowledged; throws once stopping. A refused batch is sent again one
    * message at a time, so only the refused messages are parked.
    */
   private async publishWithRetry(
     messages: MirrorMessage[],
     parked: ParkRequest[],
-    generation: number,
-  ): Promise<boolean> {
+    part: readonly RecordedEvent[],
+    stopping: AbortSignal,
+  ): Promise<void> {
     for (let attempt = 1; ; attempt += 1) {
-      if (this.stopped || generation !== this.generation) return false;
+      stopping.throwIfAborted();
       try {
         if (messages.length > 0) await this.sink.publish(messages);
-        return true;
+        return;
       } catch (error) {
         if (error instanceof RejectedMessageError) {
           if (messages.length === 1) {
-            parked.push(this.parkMessage(messages[0], reasonOf(error)));
-            return true;
+            parked.push(parkMessage(messages[0], part, reasonOf(error)));
+            return;
           }
           // Find the refused ones: one by one, in order (each alone still retried on failure).
           for (const message of messages) {
-            const alone = [message];
-            if (!(await this.publishWithRetry(alone, parked, generation))) return false;
+            await this.publishWithRetry([message], parked, part, stopping);
           }
-          return true;
+          return;
         }
         const retryInMs = this.backoff(attempt);
         this.failed({
@@ -413,21 +395,9 @@ export class MirrorFollower {
           batchSize: messages.length,
           retryInMs,
         });
-        await this.sleep(retryInMs);
+        await sleep(retryInMs, stopping);
       }
     }
-  }
-
-  private parkMessage(message: MirrorMessage, reason: string): ParkRequest {
-    const event = this.queue.find((e) => e.event.id === message.eventId)?.event;
-    return {
-      eventId: message.eventId,
-      position: message.position,
-      stream: event?.stream ?? runStream(message.headers['tenant-id'] ?? '', message.key),
-      type: message.headers['event-type'],
-      tenantId: message.headers['tenant-id'] || null,
-      reason,
-    };
   }
 
   private failed(failure: PublishFailure): void {
@@ -445,25 +415,35 @@ export class MirrorFollower {
     this.failures = 0;
     this.lastFailure = null;
   }
+}
 
-  /** A wait that `stop()` cuts short. */
-  private sleep(ms: number): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.sleepers.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.sleepers.add(done);
-    });
-  }
+/** A wait that stopping cuts short. */
+function sleep(ms: number, stopping: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      stopping.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    stopping.addEventListener('abort', done);
+  });
+}
 
-  private wake(): void {
-    this.wakePublisher?.();
-    this.wakePump?.();
-    for (const wake of [...this.sleepers]) wake();
-  }
+function parkMessage(
+  message: MirrorMessage,
+  part: readonly RecordedEvent[],
+  reason: string,
+): ParkRequest {
+  const event = part.find((e) => e.id === message.eventId && e.position === message.position);
+  return {
+    eventId: message.eventId,
+    position: message.position,
+    stream: event?.stream ?? runStream(message.headers['tenant-id'] ?? '', message.key),
+    type: message.headers['event-type'],
+    tenantId: message.headers['tenant-id'] || null,
+    reason,
+  };
 }
 
 function parkRequest(event: RecordedEvent, reason: string): ParkRequest {

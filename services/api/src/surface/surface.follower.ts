@@ -1,9 +1,10 @@
 /**
- * Follows the whole log from the client surface's checkpoint, as the projector follows the
- * run streams: run events go through the notification fold (libs/domain), `channel.bound`
- * events become binding rows; each batch commits with its checkpoint in one transaction, so
- * a crash never leaves a notification ahead of, or behind, its checkpoint. Other streams
- * (receipts, seen cursors) only move the position.
+ * Follows the whole log from the client surface's checkpoint, as a handler on the log's one
+ * follower (CheckpointedProcessor), like the projector: run events go through the
+ * notification fold (libs/domain), `channel.bound` events become binding rows; each batch
+ * commits with its checkpoint in one transaction, so a crash never leaves a notification
+ * ahead of, or behind, its checkpoint. Other streams (receipts, seen cursors) only move the
+ * position.
  */
 import {
   BINDING_STREAM_PREFIX,
@@ -15,7 +16,12 @@ import {
   type Notification,
   type NotificationThread,
 } from '@runledger/domain';
-import type { EventStoreReader, RecordedEvent, Subscription } from '@runledger/event-store';
+import {
+  CheckpointedProcessor,
+  type BatchHandler,
+  type EventStoreReader,
+  type RecordedEvent,
+} from '@runledger/event-store';
 import type { BindingRow, SurfaceBatch, SurfaceStore } from './surface.store';
 
 export interface SurfaceObserver {
@@ -24,30 +30,43 @@ export interface SurfaceObserver {
   failed(error: unknown, position: number): void;
 }
 
-/** Events folded per transaction at most, and between two turns of the event loop. */
+/** Events folded per transaction at most. */
 const BATCH_SIZE = 1000;
 /** Notification fold states kept parsed between batches. */
 const CACHE_SIZE = 2000;
 
-export class SurfaceFollower {
-  private position: number;
-  private subscription: Subscription | null = null;
-  private running: Promise<void> | null = null;
-  private batch: RecordedEvent[] = [];
-  private flushScheduled = false;
+export class SurfaceFollower implements BatchHandler {
+  private readonly processor: CheckpointedProcessor;
   private failure: unknown = null;
+  /** The notification items of the batch just committed, told once the processor moved. */
+  private recorded: readonly Notification[] = [];
   private readonly cache = new Map<string, NotificationThread>();
 
   constructor(
-    private readonly log: EventStoreReader,
+    log: EventStoreReader,
     private readonly store: SurfaceStore,
     private readonly observer: SurfaceObserver,
   ) {
-    this.position = store.checkpoint();
+    this.processor = new CheckpointedProcessor(
+      log,
+      this,
+      {
+        committed: (_events, position) => {
+          const notifications = this.recorded;
+          this.recorded = [];
+          this.observer.committed(position, notifications);
+        },
+        failed: (error, position) => {
+          this.failure = error;
+          this.observer.failed(error, position);
+        },
+      },
+      { batchSize: BATCH_SIZE },
+    );
   }
 
   current(): number {
-    return this.position;
+    return this.processor.current();
   }
 
   problem(): unknown {
@@ -55,53 +74,18 @@ export class SurfaceFollower {
   }
 
   start(): void {
-    if (this.running) return;
-    this.subscription = this.log.subscribeToAll({
-      fromPosition: this.position === 0 ? 'start' : this.position,
-    });
-    this.running = this.follow(this.subscription);
+    this.processor.start();
   }
 
-  async stop(): Promise<void> {
-    await this.subscription?.close();
-    await this.running;
-    this.subscription = null;
-    this.running = null;
-    this.flush();
+  stop(): Promise<void> {
+    return this.processor.stop();
   }
 
-  private async follow(subscription: Subscription): Promise<void> {
-    try {
-      for await (const event of subscription) {
-        this.batch.push(event);
-        if (this.batch.length >= BATCH_SIZE) {
-          this.flush();
-          // A catch-up never waits on I/O; yield so HTTP is served meanwhile.
-          await new Promise((resolve) => setImmediate(resolve));
-        } else {
-          this.scheduleFlush();
-        }
-      }
-    } catch (error) {
-      this.failure = error;
-      this.observer.failed(error, this.position);
-    }
+  checkpoint(): number {
+    return this.store.checkpoint();
   }
 
-  /** Commits once the subscription waits for new events: the log is quiet. */
-  private scheduleFlush(): void {
-    if (this.flushScheduled) return;
-    this.flushScheduled = true;
-    setImmediate(() => {
-      this.flushScheduled = false;
-      this.flush();
-    });
-  }
-
-  private flush(): void {
-    if (this.batch.length === 0 || this.failure !== null) return;
-    const events = this.batch;
-    this.batch = [];
+  handle(events: readonly RecordedEvent[]): void {
     let batch: SurfaceBatch;
     try {
       batch = this.fold(events);
@@ -109,18 +93,11 @@ export class SurfaceFollower {
     } catch (error) {
       // Nothing of the batch is committed; the cached states may have run ahead of the store.
       this.cache.clear();
-      this.failure = error;
-      this.observer.failed(error, this.position);
-      void this.subscription?.close();
-      return;
+      throw error;
     }
     for (const state of batch.threads)
       this.remember(`${state.tenantId}\u0000${state.threadId}`, state);
-    this.position = batch.position;
-    this.observer.committed(
-      this.position,
-      batch.notifications.map((n) => n.item),
-    );
+    this.recorded = batch.notifications.map((n) => n.item);
   }
 
   /** The batch's changes: fold states, notification items, thread users, bindings. */
