@@ -6,10 +6,10 @@
  * policy. Format: base64url(JSON claims) "." base64url(HMAC-SHA256(secret, first part)).
  * The bearer receipt goes to the resolver only; the log keeps its id and `receiptDigest`.
  */
-import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { canonicalJson } from './canonical-json';
-import { isPlainObject } from './event-catalogue';
 import type { Decision } from './event-types';
+import { openToken, signToken, type SignedTokenCheck } from './signed-token';
 
 export interface ReceiptClaims {
   /** The receipt's own id: consuming it appends to the tenant's `receipt-<tenant>-<rid>`. */
@@ -28,9 +28,7 @@ export interface ReceiptClaims {
   exp: number;
 }
 
-export type ReceiptCheck =
-  | { ok: true; claims: ReceiptClaims }
-  | { ok: false; reason: 'malformed' | 'signature' | 'expired' };
+export type ReceiptCheck = SignedTokenCheck<ReceiptClaims>;
 
 /** SHA-256 of the input's canonical JSON: the same input always has the same digest. */
 export function inputDigest(input: unknown): string {
@@ -42,13 +40,8 @@ export function receiptDigest(receipt: string): string {
   return createHash('sha256').update(receipt).digest('hex');
 }
 
-function mac(secret: string, body: string): Buffer {
-  return createHmac('sha256', secret).update(body).digest();
-}
-
 export function signReceipt(claims: ReceiptClaims, secret: string): string {
-  const body = Buffer.from(canonicalJson(claims)).toString('base64url');
-  return `${body}.${mac(secret, body).toString('base64url')}`;
+  return signToken(claims, secret);
 }
 
 const CLAIM_TYPES: Record<keyof ReceiptClaims, 'string' | 'number'> = {
@@ -68,32 +61,14 @@ const CLAIM_TYPES: Record<keyof ReceiptClaims, 'string' | 'number'> = {
 
 /** Checks the signature first (nothing unsigned is parsed), then the expiry against `nowSeconds`. */
 export function verifyReceipt(receipt: unknown, secret: string, nowSeconds: number): ReceiptCheck {
-  if (typeof receipt !== 'string') return { ok: false, reason: 'malformed' };
-  const parts = receipt.split('.');
-  if (parts.length !== 2 || parts[0] === '' || parts[1] === '')
-    return { ok: false, reason: 'malformed' };
-  const [body, signature] = parts;
-  const expected = mac(secret, body);
-  const given = Buffer.from(signature, 'base64url');
-  if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-    return { ok: false, reason: 'signature' };
-  }
-  let claims: unknown;
-  try {
-    claims = JSON.parse(Buffer.from(body, 'base64url').toString('utf8'));
-  } catch {
-    return { ok: false, reason: 'malformed' };
-  }
-  if (
-    !isPlainObject(claims) ||
-    !Object.entries(CLAIM_TYPES).every(([key, type]) => typeof claims[key] === type) ||
-    (claims.decision !== 'allow' && claims.decision !== 'deny')
-  ) {
-    return { ok: false, reason: 'malformed' };
-  }
-  const typed = claims as unknown as ReceiptClaims;
-  if (typed.exp <= nowSeconds) return { ok: false, reason: 'expired' };
-  return { ok: true, claims: typed };
+  return openToken<ReceiptClaims>(
+    receipt,
+    secret,
+    nowSeconds,
+    (claims) =>
+      Object.entries(CLAIM_TYPES).every(([key, type]) => typeof claims[key] === type) &&
+      (claims.decision === 'allow' || claims.decision === 'deny'),
+  );
 }
 
 /** Why a verified receipt may not be consumed now. */

@@ -5,9 +5,8 @@
  * base64url(HMAC-SHA256(key, first part)), the key derived from the server secret for this
  * purpose alone, so a stream token is never a receipt and a receipt never a stream token.
  */
-import { createHmac, timingSafeEqual } from 'node:crypto';
-import { canonicalJson } from './canonical-json';
-import { isPlainObject } from './event-catalogue';
+import { createHmac } from 'node:crypto';
+import { openToken, signToken, type SignedTokenCheck } from './signed-token';
 
 export interface StreamTokenClaims {
   tenant: string;
@@ -18,21 +17,14 @@ export interface StreamTokenClaims {
   exp: number;
 }
 
-export type StreamTokenCheck =
-  | { ok: true; claims: StreamTokenClaims }
-  | { ok: false; reason: 'malformed' | 'signature' | 'expired' };
+export type StreamTokenCheck = SignedTokenCheck<StreamTokenClaims>;
 
 function tokenKey(secret: string): Buffer {
   return createHmac('sha256', secret).update('runledger stream token v1').digest();
 }
 
-function mac(secret: string, body: string): Buffer {
-  return createHmac('sha256', tokenKey(secret)).update(body).digest();
-}
-
 export function signStreamToken(claims: StreamTokenClaims, secret: string): string {
-  const body = Buffer.from(canonicalJson(claims)).toString('base64url');
-  return `${body}.${mac(secret, body).toString('base64url')}`;
+  return signToken(claims, tokenKey(secret));
 }
 
 /** Checks the signature first (nothing unsigned is parsed), then the expiry against `nowSeconds`. */
@@ -41,33 +33,13 @@ export function verifyStreamToken(
   secret: string,
   nowSeconds: number,
 ): StreamTokenCheck {
-  if (typeof token !== 'string') return { ok: false, reason: 'malformed' };
-  const parts = token.split('.');
-  if (parts.length !== 2 || parts[0] === '' || parts[1] === '') {
-    return { ok: false, reason: 'malformed' };
-  }
-  const [body, signature] = parts;
-  const expected = mac(secret, body);
-  const given = Buffer.from(signature, 'base64url');
-  if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-    return { ok: false, reason: 'signature' };
-  }
-  let claims: unknown;
-  try {
-    claims = JSON.parse(Buffer.from(body, 'base64url').toString('utf8'));
-  } catch {
-    return { ok: false, reason: 'malformed' };
-  }
-  if (
-    !isPlainObject(claims) ||
-    typeof claims.tenant !== 'string' ||
-    (claims.kind !== 'run' && claims.kind !== 'thread') ||
-    typeof claims.id !== 'string' ||
-    typeof claims.exp !== 'number'
-  ) {
-    return { ok: false, reason: 'malformed' };
-  }
-  const typed = claims as unknown as StreamTokenClaims;
-  if (typed.exp <= nowSeconds) return { ok: false, reason: 'expired' };
-  return { ok: true, claims: typed };
+  return openToken<StreamTokenClaims>(
+    token,
+    tokenKey(secret),
+    nowSeconds,
+    (claims) =>
+      typeof claims.tenant === 'string' &&
+      (claims.kind === 'run' || claims.kind === 'thread') &&
+      typeof claims.id === 'string',
+  );
 }
