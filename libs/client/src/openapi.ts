@@ -870,7 +870,7 @@ export interface components {
             account: string;
             chat: string;
             topic?: string;
-            /** @description `u:<name>` or `k:<key id>` */
+            /** @description the user's name as recorded, or `key:<key id>` for a key acting as itself */
             boundBy: string;
             /** Format: date-time */
             boundAt: string;
@@ -885,7 +885,7 @@ export interface components {
             account: string;
             chat: string;
             topic?: string;
-            /** @description `u:<name>` or `k:<key id>` */
+            /** @description the user's name as recorded, or `key:<key id>` for a key acting as itself */
             boundBy: string;
             /** Format: date-time */
             boundAt: string;
@@ -2316,7 +2316,7 @@ export interface operations {
                 minPosition?: number;
                 /** @description Page size (default 50) */
                 limit?: number;
-                /** @description `me`, `u:<name>` or `k:<key id>` */
+                /** @description `me`, a user's name as recorded, or `key:<key id>` */
                 user?: string;
                 /** @description After this position (default: the caller's seen cursor) */
                 after?: number;
@@ -2380,7 +2380,7 @@ export interface operations {
     NotificationsController_stream: {
         parameters: {
             query?: {
-                /** @description `me`, `u:<name>` or `k:<key id>` */
+                /** @description `me`, a user's name as recorded, or `key:<key id>` */
                 user?: string;
                 /** @description Start after this position (exclusive) */
                 after?: number;

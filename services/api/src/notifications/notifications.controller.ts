@@ -63,7 +63,11 @@ export class NotificationsController {
     { type: 'integer', minimum: 0 },
     "After this position (default: the caller's seen cursor)",
   )
-  @ApiOptionalQuery('user', { type: 'string' }, '`me`, `u:<name>` or `k:<key id>`')
+  @ApiOptionalQuery(
+    'user',
+    { type: 'string' },
+    "`me`, a user's name as recorded, or `key:<key id>`",
+  )
   @ApiOptionalQuery(
     'limit',
     { type: 'integer', minimum: 1, maximum: 100 },
@@ -108,7 +112,11 @@ export class NotificationsController {
     { type: 'integer', minimum: 0 },
     'Start after this position (exclusive)',
   )
-  @ApiOptionalQuery('user', { type: 'string' }, '`me`, `u:<name>` or `k:<key id>`')
+  @ApiOptionalQuery(
+    'user',
+    { type: 'string' },
+    "`me`, a user's name as recorded, or `key:<key id>`",
+  )
   async stream(
     @Req() request: FastifyRequest,
     @Headers('last-event-id') lastEventId: string | undefined,

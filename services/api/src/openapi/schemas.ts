@@ -405,7 +405,10 @@ export class Binding {
   @ApiProperty() account!: string;
   @ApiProperty() chat!: string;
   @ApiPropertyOptional() topic?: string;
-  @ApiProperty({ description: '`u:<name>` or `k:<key id>`' }) boundBy!: string;
+  @ApiProperty({
+    description: "the user's name as recorded, or `key:<key id>` for a key acting as itself",
+  })
+  boundBy!: string;
   @ApiProperty({ format: 'date-time' }) boundAt!: string;
   @ApiProperty() position!: number;
 }
