@@ -4,7 +4,8 @@ import type { FastifyRequest } from 'fastify';
 import { RequireScope } from '../auth/access.decorators';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
-import { CommandsService, type Caller } from './commands.service';
+import { clientCaller } from '../http/caller';
+import { CommandsService } from './commands.service';
 import { ApiMinPosition, ApiRoute } from '../openapi/api-route.decorator';
 import {
   ConsumeRequest,
@@ -16,10 +17,6 @@ import {
   StopRequest,
   StopResponse,
 } from '../openapi/schemas';
-
-export function callerOf(request: FastifyRequest): Caller {
-  return { tenantId: request.principal!.tenantId, user: request.actor!.name };
-}
 
 @ApiTags('commands')
 @Controller('v1')
@@ -45,7 +42,7 @@ export class CommandsController {
     errors: [400, 403, 404, 409, 429],
   })
   steer(@Req() request: FastifyRequest, @Param('runId') runId: string, @Body() body: unknown) {
-    return this.commands.steer(callerOf(request), runId, body);
+    return this.commands.steer(clientCaller(request), runId, body);
   }
 
   @Post('runs/:runId/stop')
@@ -63,7 +60,7 @@ export class CommandsController {
     errors: [400, 403, 404, 409, 429],
   })
   stop(@Req() request: FastifyRequest, @Param('runId') runId: string, @Body() body: unknown) {
-    return this.commands.stop(callerOf(request), runId, body);
+    return this.commands.stop(clientCaller(request), runId, body);
   }
 
   @Post('runs/:runId/approvals/:approvalId/resolve')
@@ -88,7 +85,7 @@ export class CommandsController {
     @Param('approvalId') approvalId: string,
     @Body() body: unknown,
   ) {
-    return this.commands.resolve(callerOf(request), runId, approvalId, body);
+    return this.commands.resolve(clientCaller(request), runId, approvalId, body);
   }
 
   @Post('threads/:threadId/approvals/answer')
@@ -116,7 +113,7 @@ export class CommandsController {
       minPosition === undefined
         ? undefined
         : queryInt('minPosition', minPosition, 0, 0, Number.MAX_SAFE_INTEGER);
-    return this.commands.answer(callerOf(request), threadId, body, min);
+    return this.commands.answer(clientCaller(request), threadId, body, min);
   }
 
   @Post('receipts/consume')
@@ -138,6 +135,6 @@ export class CommandsController {
     errors: [400, 403, 404, 409, 429],
   })
   consume(@Req() request: FastifyRequest, @Body() body: unknown) {
-    return this.commands.consume(callerOf(request), body);
+    return this.commands.consume(clientCaller(request), body);
   }
 }

@@ -27,6 +27,7 @@ import { EVENT_STORE, WrongExpectedRevisionError, type EventStore } from '@runle
 import { provisionSecretFile } from '../auth/api-keys';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
+import type { ClientCaller } from '../http/caller';
 import { validateBody } from '../http/validate-body';
 import { RunLogService } from '../runs/run-log.service';
 import { ProjectionsService } from '../threads/projections.service';
@@ -36,12 +37,6 @@ import { PolicyService } from './policy.service';
 export const RECEIPT_SECRET_FILE = 'receipt-secret';
 /** Concurrent commands re-read the run this often before giving up. */
 const MAX_ATTEMPTS = 5;
-
-export interface Caller {
-  tenantId: string;
-  /** The acting user the AccessGuard resolved (`actorOf`): a name, or `key:<keyId>`. */
-  user: string;
-}
 
 @Injectable()
 export class CommandsService {
@@ -58,7 +53,7 @@ export class CommandsService {
       config.receiptSecret ?? provisionSecretFile(config.dataDir, RECEIPT_SECRET_FILE).value;
   }
 
-  async steer(caller: Caller, runId: string, raw: unknown) {
+  async steer(caller: ClientCaller, runId: string, raw: unknown) {
     const body = validateBody(SteerBody, raw);
     const { appended } = await this.decideAndAppend(caller, runId, (state) =>
       decideSteer({ runId, ...body }, state),
@@ -71,7 +66,7 @@ export class CommandsService {
     };
   }
 
-  async stop(caller: Caller, runId: string, raw: unknown) {
+  async stop(caller: ClientCaller, runId: string, raw: unknown) {
     // A stop needs nothing but its run: no body at all is a stop without a reason.
     const body = validateBody(StopBody, raw === undefined ? {} : raw);
     const { appended } = await this.decideAndAppend(caller, runId, (state) =>
@@ -85,7 +80,7 @@ export class CommandsService {
     };
   }
 
-  async resolve(caller: Caller, runId: string, approvalId: string, raw: unknown) {
+  async resolve(caller: ClientCaller, runId: string, approvalId: string, raw: unknown) {
     const { decision } = validateBody(DecisionBody, raw);
     const expiresAt = Math.floor(Date.now() / 1000) + this.config.receiptTtlSeconds;
     const receiptId = uuidv7();
@@ -123,7 +118,7 @@ export class CommandsService {
   }
 
   /** "Yes" names nothing: it resolves the only pending approval, or asks which one. */
-  async answer(caller: Caller, threadId: string, raw: unknown, minPosition?: number) {
+  async answer(caller: ClientCaller, threadId: string, raw: unknown, minPosition?: number) {
     validateBody(DecisionBody, raw);
     await this.projections.waitFor(minPosition);
     const thread = this.projections.readModels.head(caller.tenantId, threadId);
@@ -133,7 +128,7 @@ export class CommandsService {
     return this.resolve(caller, answered.target.runId, answered.target.approvalId, raw);
   }
 
-  async consume(caller: Caller, raw: unknown) {
+  async consume(caller: ClientCaller, raw: unknown) {
     const body = validateBody(ConsumeBody, raw);
     if (body.input === undefined) {
       throw new ApiError(400, 'validation_failed', 'input is required', [
@@ -206,7 +201,7 @@ export class CommandsService {
    * resolved).
    */
   private async decideAndAppend<R>(
-    caller: Caller,
+    caller: ClientCaller,
     runId: string,
     decide: (state: RunState) => Outcome<R>,
   ) {
@@ -228,7 +223,7 @@ export class CommandsService {
     }
   }
 
-  private async state(caller: Caller, runId: string): Promise<RunState> {
+  private async state(caller: ClientCaller, runId: string): Promise<RunState> {
     return foldRunState(await this.runLog.readRun(caller.tenantId, runId));
   }
 }
