@@ -25,7 +25,7 @@ export default {
   // tests that reach it: on the shared machines that doubles a run. Static mutants are left
   // out (docs/mutation.md counts them); the tables and decorators are checked by the
   // table-driven tests of every catalogue type.
-  ignoreStatic: true,
+  ignoreStatic: false,
   // Loaded machines slow a run down two- or threefold: only a mutant that runs on far past its
   // tests' usual time counts as a timeout (an endless loop), not one that met a busy core.
   timeoutFactor: 3,
