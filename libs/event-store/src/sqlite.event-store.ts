@@ -381,6 +381,20 @@ export class SqliteEventStore implements EventStore {
     };
   }
 
+  /** Calls `listener` after each commit of appends made through this store; returns the unsubscribe. */
+  onCommitted(listener: () => void): () => void {
+    this.committed.on('commit', listener);
+    return () => this.committed.off('commit', listener);
+  }
+
+  /**
+   * Another connection to the same file (a worker thread's) committed: this store's
+   * subscriptions read now instead of at their next poll.
+   */
+  committedElsewhere(): void {
+    this.committed.emit('commit');
+  }
+
   async ping(): Promise<void> {
     if (this.closed) throw new StoreUnavailableError('the SQLite event store is closed');
     this.db.prepare('SELECT 1').get();

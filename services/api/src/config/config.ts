@@ -64,6 +64,9 @@ export class EnvironmentSchema {
   @IsIn(['FULL', 'NORMAL'], { message: 'SQLITE_SYNCHRONOUS must be FULL or NORMAL' })
   SQLITE_SYNCHRONOUS: 'FULL' | 'NORMAL' = 'FULL';
 
+  @IsIn(['worker', 'main'], { message: 'PROJECTOR_THREAD must be worker or main' })
+  PROJECTOR_THREAD: 'worker' | 'main' = 'worker';
+
   @Transform(toInt)
   @IsInt({ message: 'BODY_MAX_BYTES must be an integer of at least 1024' })
   @Min(1024, { message: 'BODY_MAX_BYTES must be an integer of at least 1024' })
@@ -281,6 +284,7 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'EVENTSTORE_URL',
   'STORE_STARTUP_TIMEOUT_MS',
   'SQLITE_SYNCHRONOUS',
+  'PROJECTOR_THREAD',
   'BODY_MAX_BYTES',
   'EVENT_MAX_BYTES',
   'READ_WAIT_MS',
@@ -351,6 +355,11 @@ export interface AppConfig {
   /** How long start-up waits for an unreachable store (KurrentDB still starting) before exiting. */
   storeStartupTimeoutMs: number;
   sqliteSynchronous: 'FULL' | 'NORMAL';
+  /**
+   * Where the projector folds: `worker`, a thread of its own (the service's default), or
+   * `main`, the HTTP event loop, time-sliced (tests that start many apps; the CLI's rebuild).
+   */
+  projectorThread: 'worker' | 'main';
   bodyMaxBytes: number;
   /** An event's canonical JSON above this is reduced to fit (default: EventStoreDB's append ceiling). */
   eventMaxBytes: number;
@@ -580,6 +589,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     eventStoreUrl: parsed.EVENTSTORE_URL,
     storeStartupTimeoutMs: parsed.STORE_STARTUP_TIMEOUT_MS,
     sqliteSynchronous: parsed.SQLITE_SYNCHRONOUS,
+    projectorThread: parsed.PROJECTOR_THREAD,
     bodyMaxBytes: parsed.BODY_MAX_BYTES,
     eventMaxBytes: parsed.EVENT_MAX_BYTES,
     readWaitMs: parsed.READ_WAIT_MS,

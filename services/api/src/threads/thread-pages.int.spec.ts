@@ -9,7 +9,9 @@ import { startTestApp, type TestApp } from '../testing/test-app';
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({ READ_WAIT_MS: '10000' });
+  // The service's own setting (other suites fold on the HTTP loop, to start faster): the
+  // projector in its worker thread, read back through the app's own connection.
+  t = await startTestApp({ READ_WAIT_MS: '10000', PROJECTOR_THREAD: 'worker' });
 });
 afterAll(async () => {
   await t.close();
