@@ -6,3 +6,4 @@ export * from './esdb.event-store';
 export * from './checkpoints';
 export * from './checkpointed-processor';
 export * from './position-gate';
+export * from './worker-entry';

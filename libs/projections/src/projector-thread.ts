@@ -9,7 +9,6 @@
  * connection (woken by this thread's commits, polled for other processes'), EventStoreDB
  * through its own subscription.
  */
-import { extname, join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import {
   PositionGate,
@@ -18,6 +17,7 @@ import {
   type EventStoreReader,
   type ProcessorObserver,
   type StoreSettings,
+  workerEntry,
 } from '@runledger/event-store';
 import { RUN_STREAM_PREFIX } from '@runledger/domain';
 import { ProjectionBehindError, type ProjectorOptions } from './projector';
@@ -51,20 +51,6 @@ export class ProjectorWorkerError extends Error {
   }
 }
 
-/**
- * The worker's entry beside this file: compiled JavaScript in the built service; under
- * ts-node or jest the TypeScript source, loaded through the same register hooks.
- */
-function workerEntry(): { filename: string; eval: boolean } {
-  const file = join(__dirname, `projector.worker${extname(__filename)}`);
-  if (extname(__filename) !== '.ts') return { filename: file, eval: false };
-  const hooks = ['ts-node/register/transpile-only', 'tsconfig-paths/register'];
-  const code = [...hooks.map((hook) => require.resolve(hook)), file]
-    .map((path) => `require(${JSON.stringify(path)});`)
-    .join('\n');
-  return { filename: code, eval: true };
-}
-
 export class ProjectorThread implements ProjectionRunner {
   private readonly gate: PositionGate;
   private worker: Worker | null = null;
@@ -90,7 +76,7 @@ export class ProjectorThread implements ProjectionRunner {
 
   start(): void {
     if (this.worker) return;
-    const entry = workerEntry();
+    const entry = workerEntry(__dirname, 'projector.worker', __filename);
     const worker = new Worker(entry.filename, { eval: entry.eval, workerData: this.data });
     this.worker = worker;
     let stopping = false;

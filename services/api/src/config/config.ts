@@ -64,8 +64,8 @@ export class EnvironmentSchema {
   @IsIn(['FULL', 'NORMAL'], { message: 'SQLITE_SYNCHRONOUS must be FULL or NORMAL' })
   SQLITE_SYNCHRONOUS: 'FULL' | 'NORMAL' = 'FULL';
 
-  @IsIn(['worker', 'main'], { message: 'PROJECTOR_THREAD must be worker or main' })
-  PROJECTOR_THREAD: 'worker' | 'main' = 'worker';
+  @IsIn(['on', 'off'], { message: 'BACKGROUND_THREADS must be on or off' })
+  BACKGROUND_THREADS: 'on' | 'off' = 'on';
 
   @Transform(toInt)
   @IsInt({ message: 'BODY_MAX_BYTES must be an integer of at least 1024' })
@@ -284,7 +284,7 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'EVENTSTORE_URL',
   'STORE_STARTUP_TIMEOUT_MS',
   'SQLITE_SYNCHRONOUS',
-  'PROJECTOR_THREAD',
+  'BACKGROUND_THREADS',
   'BODY_MAX_BYTES',
   'EVENT_MAX_BYTES',
   'READ_WAIT_MS',
@@ -356,10 +356,11 @@ export interface AppConfig {
   storeStartupTimeoutMs: number;
   sqliteSynchronous: 'FULL' | 'NORMAL';
   /**
-   * Where the projector folds: `worker`, a thread of its own (the service's default), or
-   * `main`, the HTTP event loop, time-sliced (tests that start many apps; the CLI's rebuild).
+   * `on` (the service's default): the projector and the SQLite log's writes (with their
+   * fsync) run in worker threads of their own, off the HTTP event loop; `off`: on it, the
+   * projector time-sliced (tests that start many apps, where a thread's start-up dominates).
    */
-  projectorThread: 'worker' | 'main';
+  backgroundThreads: 'on' | 'off';
   bodyMaxBytes: number;
   /** An event's canonical JSON above this is reduced to fit (default: EventStoreDB's append ceiling). */
   eventMaxBytes: number;
@@ -589,7 +590,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     eventStoreUrl: parsed.EVENTSTORE_URL,
     storeStartupTimeoutMs: parsed.STORE_STARTUP_TIMEOUT_MS,
     sqliteSynchronous: parsed.SQLITE_SYNCHRONOUS,
-    projectorThread: parsed.PROJECTOR_THREAD,
+    backgroundThreads: parsed.BACKGROUND_THREADS,
     bodyMaxBytes: parsed.BODY_MAX_BYTES,
     eventMaxBytes: parsed.EVENT_MAX_BYTES,
     readWaitMs: parsed.READ_WAIT_MS,

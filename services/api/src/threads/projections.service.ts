@@ -93,7 +93,7 @@ export class ProjectionsService
     const readModelsFile = join(config.dataDir, READ_MODELS_FILE);
     this.readModels = new ReadModelStore(readModelsFile);
     this.projector =
-      config.projectorThread === 'worker'
+      config.backgroundThreads === 'on'
         ? new ProjectorThread(
             log,
             {
