@@ -2,10 +2,11 @@
  * The SQLite log's write side: one group of appends, one IMMEDIATE transaction, each append
  * with its own expected-revision and idempotency checks and its own outcome. The same code
  * runs on the service's event loop or in the writer thread (sqlite.writer.ts); its inputs
- * and outcomes are plain data, so they cross a thread unchanged.
+ * and outcomes are plain data, so they cross a thread unchanged. It imports nothing of the
+ * domain, so the writer thread loads only SQLite.
  */
 import type { Database as Db, Statement } from 'better-sqlite3';
-import { canonicalJson, eventIdScope } from '@runledger/domain';
+import canonicalize from 'canonicalize';
 import {
   EventIdConflictError,
   expectationHolds,
@@ -24,6 +25,8 @@ export interface SerializedEvent {
 
 export interface AppendRequest {
   stream: string;
+  /** The stream's tenant, inside which event ids are unique (`eventIdScope`). */
+  scope: string;
   events: SerializedEvent[];
   expected: ExpectedRevision;
 }
@@ -88,8 +91,7 @@ export class SqliteAppender {
     return this.group(requests);
   }
 
-  private appendOne({ stream, events, expected }: AppendRequest): AppendOutcome {
-    const scope = eventIdScope(stream);
+  private appendOne({ stream, scope, events, expected }: AppendRequest): AppendOutcome {
     const recorded = this.findRecorded(stream, scope, events);
     if (recorded) return recorded;
     const head = this.head.get(stream)?.revision;
@@ -151,7 +153,7 @@ export class SqliteAppender {
       if (row.stream !== stream) return conflict(event.id, 'is recorded in another stream');
       if (
         row.type !== event.type ||
-        canonicalJson(JSON.parse(row.data)) !== canonicalJson(JSON.parse(event.data))
+        canonicalize(JSON.parse(row.data)) !== canonicalize(JSON.parse(event.data))
       ) {
         return conflict(event.id, 'was recorded with different content');
       }

@@ -177,7 +177,12 @@ export class SqliteEventStore implements EventStore {
     } catch (error) {
       return Promise.reject(error);
     }
-    const request = { stream, events: serialized, expected: options.expectedRevision ?? 'any' };
+    const request = {
+      stream,
+      scope: eventIdScope(stream),
+      events: serialized,
+      expected: options.expectedRevision ?? 'any',
+    };
     return new Promise<AppendResult>((resolve, reject) => {
       this.pending.push({ request, resolve, reject });
       if (!this.flushScheduled) {
