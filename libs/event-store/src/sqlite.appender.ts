@@ -43,6 +43,19 @@ export type Refusal =
 
 export type AppendOutcome = { written: AppendResult } | { refused: Refusal };
 
+export type SqliteSynchronous = 'FULL' | 'NORMAL';
+
+/** What the writer thread (sqlite.writer.ts) is started with, and the messages it exchanges. */
+export interface WriterData {
+  file: string;
+  synchronous: SqliteSynchronous;
+}
+
+export type ToWriter = { type: 'group'; requests: AppendRequest[] } | { type: 'close' };
+
+export type FromWriter =
+  { type: 'outcomes'; outcomes: AppendOutcome[] } | { type: 'commit-failed'; message: string };
+
 export function refusalError(refusal: Refusal): Error {
   return refusal.kind === 'wrong_expected_revision'
     ? new WrongExpectedRevisionError(refusal.stream, refusal.expected, refusal.actual)

@@ -30,13 +30,16 @@ import {
   SqliteAppender,
   type AppendOutcome,
   type AppendRequest,
+  type FromWriter,
   type SerializedEvent,
+  type SqliteSynchronous,
+  type ToWriter,
+  type WriterData,
 } from './sqlite.appender';
 import { EVENTS_SCHEMA, migrateSqliteLog } from './sqlite.migrations';
-import type { FromWriter, ToWriter, WriterData } from './sqlite.writer';
 import { workerEntry } from './worker-entry';
 
-export type SqliteSynchronous = 'FULL' | 'NORMAL';
+export type { SqliteSynchronous };
 
 export type SqliteWriter = 'inline' | 'thread';
 
