@@ -228,9 +228,9 @@ function setOwn(node: Container, key: PathKey, value: unknown): void {
 }
 
 /**
- * Writes `value` at `path` under `root`, copying each container on the way that is not yet
- * in `owned` (ours to change), so that the input is never changed and untouched branches
- * are shared, not copied.
+ * Writes `value` at `path` under `root` (a copy already ours), copying each container on the
+ * way that is not yet in `owned` (ours to change), so that the input is never changed and
+ * untouched branches are shared, not copied.
  */
 function applyAt(root: Container, owned: Set<unknown>, path: readonly PathKey[], value: unknown) {
   let node = root;
@@ -500,7 +500,7 @@ function reduceMetadata(metadata: Record<string, unknown>, allowance: number): R
     return { value: {}, bytes: 2, originalBytes, clamped: 1 };
   }
   const value: Container = { ...metadata };
-  const owned = new Set<unknown>([value]);
+  const owned = new Set<unknown>();
   for (const { item, replacement } of pass.picks) {
     applyAt(value, owned, item.path, replacement.value);
   }
@@ -508,18 +508,14 @@ function reduceMetadata(metadata: Record<string, unknown>, allowance: number): R
 }
 
 /**
- * Every string longer than the floor under `value`, which is at `path`. A container's path is
- * built once and shared by its values.
+ * Every string longer than the floor under `value`, which is at `path`; an array's values are
+ * under their indices as strings (`'0'`), which address them as numbers do. A container's path
+ * is built once and shared by its values.
  */
-function collectStrings(value: unknown, path: readonly PathKey[], items: Reducible[]): void {
-  if (value === null || typeof value !== 'object') return;
+function collectStrings(value: object, path: readonly PathKey[], items: Reducible[]): void {
   // A value with its own JSON form (a Date) is serialised by its rules: never clamped inside.
   if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i += 1) collectAt(value[i], path, i, items);
-  } else {
-    for (const key of Object.keys(value)) collectAt((value as Container)[key], path, key, items);
-  }
+  for (const key of Object.keys(value)) collectAt((value as Container)[key], path, key, items);
 }
 
 function collectAt(value: unknown, parent: readonly PathKey[], key: PathKey, items: Reducible[]) {
@@ -613,7 +609,7 @@ function reduceModelCall(
   const stamp = stampOf(gate, omitted, clamped);
   const out: Container = { ...data, messages: keptNewestFirst.reverse(), truncation: stamp };
   for (const { item, replacement } of toolsPass.picks) {
-    applyAt(out, new Set([out]), item.path, replacement.value);
+    applyAt(out, new Set(), item.path, replacement.value);
   }
   return { data: out, metadata: gate.metadata.value, stamp };
 }
@@ -632,7 +628,7 @@ function floorPicks(items: readonly Reducible[], from: number, to: number): Pick
 /** A copy of `value` with the picks (paths relative to it) applied, copied on write. */
 function withPicks(value: unknown, picks: readonly Pick[]): Container {
   const out: Container = { ...(value as Container) };
-  const owned = new Set<unknown>([out]);
+  const owned = new Set<unknown>();
   for (const { item, replacement } of picks) applyAt(out, owned, item.path, replacement.value);
   return out;
 }
@@ -729,7 +725,7 @@ function buildModelCall(
   const stamp = stampOf(gate, omitted, picks.length);
   const kept = messages.slice(omitted);
   const out: Container = { ...data, messages: kept, truncation: stamp };
-  const owned = new Set<unknown>([out, kept]);
+  const owned = new Set<unknown>([kept]);
   for (const { item, replacement } of picks) {
     const path = item.group < 0 ? item.path : ['messages', item.group - omitted, ...item.path];
     applyAt(out, owned, path, replacement.value);
@@ -999,7 +995,7 @@ function buildOther(
 ): Reduced {
   const stamp = stampOf(gate, 0, clamped);
   const out: Container = { ...fields };
-  const owned = new Set<unknown>([out]);
+  const owned = new Set<unknown>();
   for (const { item, replacement } of picks) applyAt(out, owned, item.path, replacement.value);
   for (const [key, { value }] of replaced) applyAt(out, owned, [key], value);
   setOwn(out, 'truncation', stamp);
