@@ -1009,3 +1009,170 @@ describe('gateEvent: edges of the reduction', () => {
     expect((result.event.data as Data).input).toMatchObject({ query: 'refund' });
   });
 });
+
+describe('gateEvent: bulky fields of other types', () => {
+  const approval = (input: unknown, options: string[], toolName = 'deploy') =>
+    eventOf('approval.requested', {
+      approvalId: 'ap-1',
+      toolCallId: 'tc-1',
+      toolName,
+      input,
+      question: 'Deploy to prod?',
+      options,
+    });
+
+  it('drops the approval options when they are what does not fit, keeping the input whole', () => {
+    // Given options too long even at the floor (64 of 500 characters), and a small input
+    const input = { env: 'prod', replicas: 3 };
+    const event = approval(
+      input,
+      Array.from({ length: 64 }, () => 'o'.repeat(500)),
+    );
+
+    // When it is gated
+    const result = gateEvent(event, 4096);
+
+    // Then the options are left out, counted once, and everything else kept as it came
+    expectRecordable(result, 4096);
+    expect(dataOf(result)).toEqual({
+      approvalId: 'ap-1',
+      toolCallId: 'tc-1',
+      toolName: 'deploy',
+      input,
+      question: 'Deploy to prod?',
+      truncation: stampOf(result),
+    });
+    expect(stampOf(result).clampedParts).toBe(1);
+    // And gating the reduced event again changes nothing
+    expect(gateEvent(result.event, 4096).event).toBe(result.event);
+  });
+
+  it('replaces the bulkiest field first, then previews the next in the room that leaves', () => {
+    // Given options (64 KiB) bulkier than an input of numbers (49 KiB)
+    const input = { blob: Array.from({ length: 10_000 }, (_, i) => i) };
+    const event = approval(
+      input,
+      Array.from({ length: 64 }, () => 'o'.repeat(1000)),
+    );
+
+    // When it is gated
+    const result = gateEvent(event, 4096);
+
+    // Then the options are dropped, and the input is a preview of its JSON filling the room
+    expectRecordable(result, 4096);
+    const data = dataOf(result);
+    expect(data).not.toHaveProperty('options');
+    expect(data.question).toBe('Deploy to prod?');
+    const raw = (data.input as { raw: string }).raw;
+    expect(raw.startsWith('{"blob":[0,1,2,3,')).toBe(true);
+    expect(raw.endsWith(`${TRUNCATION_MARKER}: ${jsonBytes(input)} bytes of JSON]`)).toBe(true);
+    expect(result.byteLength).toBeGreaterThan(0.9 * (4096 - STAMP_RESERVE_BYTES));
+    expect(stampOf(result).clampedParts).toBe(2);
+  });
+
+  it('keeps the options when previewing the input is enough', () => {
+    // Given an input of numbers far over the limit, and short options
+    const input = { blob: Array.from({ length: 10_000 }, (_, i) => i) };
+    const options = ['yes', 'no'];
+    const event = approval(input, options);
+
+    const result = gateEvent(event, 4096);
+
+    expectRecordable(result, 4096);
+    const data = dataOf(result);
+    expect(data.options).toEqual(options);
+    expect((data.input as { raw: string }).raw.startsWith('{"blob":[0,1,2,3,')).toBe(true);
+    expect(result.byteLength).toBeGreaterThan(0.9 * (4096 - STAMP_RESERVE_BYTES));
+    expect(stampOf(result).clampedParts).toBe(1);
+  });
+
+  it('previews a tool output as a string, keeping the error text it was recorded with', () => {
+    const output = { rows: Array.from({ length: 10_000 }, (_, i) => i) };
+    const event = eventOf('tool.finished', {
+      toolCallId: 'tc-1',
+      toolName: 'load',
+      output,
+      failed: true,
+      errorText: 'exit code 2',
+    });
+
+    const result = gateEvent(event, 4096);
+
+    expectRecordable(result, 4096);
+    const data = dataOf(result);
+    expect(data).toMatchObject({ toolName: 'load', failed: true, errorText: 'exit code 2' });
+    expect(typeof data.output).toBe('string');
+    expect((data.output as string).startsWith('{"rows":[0,1,2,3,')).toBe(true);
+    expect(stampOf(result).clampedParts).toBe(1);
+  });
+
+  it('drops options to fit the budget to the byte, rather than touching the input', () => {
+    // Given approvals whose options must go, their tool names a character longer each time
+    const budget = MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES;
+    const input = { env: 'prod' };
+    const options = Array.from({ length: 64 }, () => 'o'.repeat(500));
+    const results = Array.from({ length: 40 }, (_, i) =>
+      gateEvent(approval(input, options, 't'.repeat(938 + i)), MIN_LIMIT_BYTES),
+    );
+
+    // Then each keeps its input and question, and one fills the budget exactly
+    for (const result of results) {
+      expect(dataOf(result)).toMatchObject({ input, question: 'Deploy to prod?' });
+      expect(dataOf(result)).not.toHaveProperty('options');
+    }
+    expect(results.map((result) => result.byteLength)).toContain(budget);
+  });
+
+  it('clamps a string field to fit the budget to the byte, keeping the optional tool name', () => {
+    // Given tool outputs to clamp, their tool names a character longer each time
+    const budget = MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES;
+    const output = 'o'.repeat(20_000);
+    const results = Array.from({ length: 13 }, (_, i) =>
+      gateEvent(
+        eventOf('tool.finished', {
+          toolCallId: 'tc-1',
+          toolName: 't'.repeat(925 + i),
+          output,
+          failed: false,
+        }),
+        MIN_LIMIT_BYTES,
+      ),
+    );
+
+    // Then each keeps its tool name and a clamped output, and one fills the budget exactly
+    results.forEach((result, i) => {
+      expect(dataOf(result).toolName).toBe('t'.repeat(925 + i));
+      expect(clampedPrefix(output, dataOf(result).output as string)).toBeGreaterThanOrEqual(
+        MIN_CLAMP_CHARS,
+      );
+    });
+    expect(results.map((result) => result.byteLength)).toContain(budget);
+  });
+
+  it('previews a string field to fit the budget to the byte, keeping the optional tool name', () => {
+    // Given tool outputs that even clamped to the floor do not fit beside their tool names
+    const budget = MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES;
+    const output = 'o'.repeat(20_000);
+    const marker = `${TRUNCATION_MARKER}: ${jsonBytes(output)} bytes of JSON]`;
+    const results = Array.from({ length: 42 }, (_, i) =>
+      gateEvent(
+        eventOf('tool.finished', {
+          toolCallId: 'tc-1',
+          toolName: 't'.repeat(946 + i),
+          output,
+          failed: false,
+        }),
+        MIN_LIMIT_BYTES,
+      ),
+    );
+
+    // Then each output is a preview of its JSON in the room left, and one fills it exactly
+    results.forEach((result, i) => {
+      expect(dataOf(result).toolName).toBe('t'.repeat(946 + i));
+      const preview = dataOf(result).output as string;
+      expect(preview.startsWith(`"o`)).toBe(true);
+      expect(preview.endsWith(marker)).toBe(true);
+    });
+    expect(results.map((result) => result.byteLength)).toContain(budget);
+  });
+});
