@@ -582,7 +582,7 @@ function reduceModelCall(
     budget,
     false,
   );
-  if (pass) return buildModelCall(gate, data, messages, pass.picks, 0);
+  if (pass) return buildModelCall(gate, data, messages, pass.picks);
 
   // The floor pass, then (b): keep the longest suffix of messages that fits, each clamped to
   // the floor. Every message kept is the floor pass; stopping early is dropping the oldest.
@@ -677,7 +677,8 @@ function partItem(
     // {"text":"[omitted  part of NN bytes]","type":"text"}, with no type and two digits.
     minBytes: () => Math.min(bytes, PLACEHOLDER_MIN_BYTES),
     reduce() {
-      const label = typeof part.type === 'string' ? cutChars(part.type, LABEL_CHARS) : 'untyped';
+      // The schema requires every part to name its type.
+      const label = cutChars(String(part.type), LABEL_CHARS);
       const value = { type: 'text', text: `[omitted ${label} part of ${bytes} bytes]` };
       return { value, bytes: jsonBytes(value) };
     },
@@ -714,20 +715,19 @@ function toolStub(tool: unknown): Record<string, unknown> {
   return typeof name === 'string' ? { name: clampText(name, MIN_CLAMP_CHARS) } : {};
 }
 
-/** The reduced data: the kept messages, the picks applied to them (copied on write). */
+/** The reduced data of a pass above the floor: every message, the picks applied (copied on write). */
 function buildModelCall(
   gate: Gate,
   data: Record<string, unknown>,
   messages: readonly unknown[],
   picks: readonly Pick[],
-  omitted: number,
 ): Reduced {
-  const stamp = stampOf(gate, omitted, picks.length);
-  const kept = messages.slice(omitted);
+  const stamp = stampOf(gate, 0, picks.length);
+  const kept = messages.slice();
   const out: Container = { ...data, messages: kept, truncation: stamp };
   const owned = new Set<unknown>([kept]);
   for (const { item, replacement } of picks) {
-    const path = item.group < 0 ? item.path : ['messages', item.group - omitted, ...item.path];
+    const path = item.group < 0 ? item.path : ['messages', item.group, ...item.path];
     applyAt(out, owned, path, replacement.value);
   }
   return { data: out, metadata: gate.metadata.value, stamp };

@@ -608,6 +608,36 @@ function inflate(type: EventType, limitBytes: number): Data {
   return data;
 }
 
+/** The fields each type's schema requires (docs/events.md, the catalogue's bold fields). */
+const REQUIRED: Record<EventType, string[]> = {
+  'run.started': ['threadId', 'agent', 'source'],
+  'run.finished': ['status'],
+  'turn.started': ['turnId', 'source'],
+  'turn.finished': ['turnId', 'status'],
+  'turn.steered': ['turnId', 'instruction'],
+  'message.added': ['messageId', 'role', 'text'],
+  'transcript.added': ['utteranceId', 'role', 'text'],
+  'model.call': ['callId', 'model', 'messages'],
+  'tool.started': ['toolCallId', 'toolName', 'input'],
+  'tool.finished': ['toolCallId', 'failed'],
+  'approval.requested': ['approvalId', 'toolCallId', 'toolName', 'input'],
+  'approval.resolved': ['approvalId', 'decision', 'receipt'],
+  'append.rejected': ['reason', 'declaredBytes'],
+};
+
+const IDENTIFIERS_AND_LABELS = [
+  'turnId',
+  'messageId',
+  'utteranceId',
+  'callId',
+  'toolCallId',
+  'approvalId',
+  'agent',
+  'title',
+  'model',
+  'toolName',
+];
+
 describe('gateEvent: every catalogue type at its worst', () => {
   it.each(EVENT_TYPES.flatMap((type) => [MIN_LIMIT_BYTES, 64 * 1024, MIB].map((l) => [type, l])))(
     '%s fits %p bytes and passes validateEvent',
@@ -629,6 +659,18 @@ describe('gateEvent: every catalogue type at its worst', () => {
       const over = measureEvent(event) > (limitBytes as number);
       expect(result.truncated).toBe(over);
       if (over) expect(stampOf(result).originalByteLength).toBe(measureEvent(event));
+      // And it keeps what the schema requires, the thread id as it came, and each identifier
+      // or label whole or, by the guaranteed fit alone, cut to 16 characters
+      const original = event.data as Data;
+      const reduced = dataOf(result);
+      for (const key of REQUIRED[type as EventType]) expect(reduced).toHaveProperty(key);
+      if (original.threadId !== undefined) expect(reduced.threadId).toBe(original.threadId);
+      for (const key of IDENTIFIERS_AND_LABELS) {
+        if (reduced[key] === undefined || reduced[key] === original[key]) continue;
+        expect(clampedPrefix(original[key] as string, reduced[key] as string)).toBe(16);
+      }
+      // And gating it again changes nothing
+      expect(gateEvent(result.event, limitBytes as number).event).toBe(result.event);
     },
   );
 });
@@ -1174,5 +1216,188 @@ describe('gateEvent: bulky fields of other types', () => {
       expect(preview.endsWith(marker)).toBe(true);
     });
     expect(results.map((result) => result.byteLength)).toContain(budget);
+  });
+});
+
+describe('gateEvent: where the passes stop', () => {
+  it('keeps metadata of exactly its share as the same object, and clamps one a byte over it', () => {
+    // Given metadata of exactly 1/8 of the budget, then one byte more
+    const allowance = Math.floor((4096 - STAMP_RESERVE_BYTES) / 8);
+    const sized = (bytes: number) => ({ note: 'n'.repeat(bytes - jsonBytes({ note: '' })) });
+    const data = { messageId: 'msg-1', role: 'user', text: 'x'.repeat(10_000) };
+    const atShare = sized(allowance);
+    const overShare = sized(allowance + 1);
+
+    // When events carrying them are gated
+    const kept = gateEvent(eventOf('message.added', data, atShare), 4096);
+    const clamped = gateEvent(eventOf('message.added', data, overShare), 4096);
+
+    // Then the first is kept as it came, the second clamped and counted
+    expect(jsonBytes(atShare)).toBe(allowance);
+    expect(kept.event.metadata).toBe(atShare);
+    expect(stampOf(kept).clampedParts).toBe(1);
+    expect(clampedPrefix(overShare.note, clamped.event.metadata.note as string)).toBeGreaterThan(
+      MIN_CLAMP_CHARS,
+    );
+    expect(stampOf(clamped).clampedParts).toBe(2);
+  });
+
+  it('clamps metadata to the floor beside many short values, rather than emptying it', () => {
+    // Given 100 empty values beside 8 long ones that fit the share only at the floor
+    const metadata: Data = Object.fromEntries(
+      Array.from({ length: 100 }, (_, i) => [`s${String(i).padStart(2, '0')}`, '']),
+    );
+    for (let i = 0; i < 8; i += 1) metadata[`long${i}`] = `${i}`.padEnd(1000, '.');
+    const data = { messageId: 'msg-1', role: 'user', text: 'x'.repeat(100_000) };
+
+    const result = gateEvent(eventOf('message.added', data, metadata), 16 * 1024);
+
+    // Then every key is kept, the long values clamped near the floor
+    expectRecordable(result, 16 * 1024);
+    const reduced = result.event.metadata;
+    expect(Object.keys(reduced)).toEqual(Object.keys(metadata));
+    for (let i = 0; i < 8; i += 1) {
+      const prefix = clampedPrefix(metadata[`long${i}`] as string, reduced[`long${i}`] as string);
+      expect(prefix).toBeGreaterThanOrEqual(MIN_CLAMP_CHARS);
+      expect(prefix).toBeLessThan(128);
+    }
+  });
+
+  it('drops no more messages than needed when the metadata was clamped too', () => {
+    // Given 1,000 short messages and 100 KiB of metadata
+    const messages = Array.from({ length: 1000 }, (_, i) => ({
+      role: 'user',
+      content: `message ${i} `.padEnd(60, '.'),
+    }));
+    const event = eventOf(
+      'model.call',
+      { callId: 'call-1', model: 'm', messages },
+      { traceId: 't-1', notes: 'n'.repeat(100_000) },
+    );
+
+    const result = gateEvent(event, 16 * 1024);
+
+    // Then the newest messages are kept, and one more would not have fitted
+    expectRecordable(result, 16 * 1024);
+    const stamp = stampOf(result);
+    expect(dataOf(result).messages).toEqual(messages.slice(stamp.omittedMessageCount));
+    expect(stamp.omittedMessageCount).toBeLessThan(1000);
+    expect(result.byteLength + jsonBytes(messages[0]) + 1).toBeGreaterThan(
+      16 * 1024 - STAMP_RESERVE_BYTES,
+    );
+  });
+
+  it('does not force the texts beside a huge image to the floor', () => {
+    const image = { type: 'image', data: 'iVBORw0KGgo'.repeat(30_000) };
+    const text = 'The order shipped. '.repeat(1000);
+    const event = eventOf('model.call', {
+      callId: 'c',
+      model: 'm',
+      messages: [{ role: 'user', content: [image, { type: 'text', text }] }],
+    });
+
+    const result = gateEvent(event, 64 * 1024);
+
+    expectRecordable(result, 64 * 1024);
+    const [kept] = dataOf(result).messages as { content: Part[] }[];
+    expect(kept.content[0]).toEqual({
+      type: 'text',
+      text: `[omitted image part of ${jsonBytes(image)} bytes]`,
+    });
+    expect(kept.content[1].text).toBe(text);
+  });
+
+  it('keeps a non-text part of 64 bytes at the floor, and replaces one of 65', () => {
+    // Given model calls that must drop messages, the newest holding a small image part
+    const partOf = (bytes: number) => {
+      const part = { type: 'image', data: '' };
+      return { ...part, data: 'i'.repeat(bytes - jsonBytes(part)) };
+    };
+    const gated = (part: Part) => {
+      const older = Array.from({ length: 400 }, (_, i) => ({ role: 'user', content: `m${i}` }));
+      const messages = [...older, { role: 'user', content: [part] }];
+      return gateEvent(eventOf('model.call', { callId: 'c', model: 'm', messages }), 4096);
+    };
+    const small = partOf(MIN_CLAMP_CHARS);
+    const large = partOf(MIN_CLAMP_CHARS + 1);
+
+    const keptSmall = (dataOf(gated(small)).messages as { content: Part[] }[]).at(-1)!;
+    const keptLarge = (dataOf(gated(large)).messages as { content: Part[] }[]).at(-1)!;
+
+    expect(stampOf(gated(small)).omittedMessageCount).toBeGreaterThan(0);
+    expect(keptSmall.content[0]).toBe(small);
+    expect(keptLarge.content[0]).toEqual({
+      type: 'text',
+      text: `[omitted image part of ${MIN_CLAMP_CHARS + 1} bytes]`,
+    });
+  });
+
+  it('keeps tool stubs of exactly 1/16 of the budget when the pass cap is smaller, and drops larger ones', () => {
+    // Given 20 long messages that must be clamped far below the stubs' size, and tools whose
+    // stubs take exactly the allowance, then one byte more
+    const allowance = Math.floor((16 * 1024 - STAMP_RESERVE_BYTES) / 16);
+    const stubsOf = (bytes: number) => {
+      const names = Array.from({ length: 13 }, (_, i) => `tool_${i}`.padEnd(60, 'x'));
+      const last = bytes - jsonBytes(names.map((name) => ({ name }))) - jsonBytes({ name: '' }) - 1;
+      return [...names, 'y'.repeat(last)].map((name) => ({ name, description: 'd'.repeat(5000) }));
+    };
+    const gated = (tools: unknown[]) => {
+      const messages = Array.from({ length: 20 }, () => ({
+        role: 'user',
+        content: 'z'.repeat(100_000),
+      }));
+      return gateEvent(
+        eventOf('model.call', { callId: 'c', model: 'm', messages, tools }),
+        16 * 1024,
+      );
+    };
+    const exact = stubsOf(allowance);
+    const over = stubsOf(allowance + 1);
+
+    const kept = gated(exact);
+    const dropped = gated(over);
+
+    expectRecordable(kept, 16 * 1024);
+    expect(jsonBytes(dataOf(kept).tools as unknown[])).toBe(allowance);
+    expect(dataOf(kept).tools).toEqual(exact.map(({ name }) => ({ name })));
+    expect(dataOf(dropped)).not.toHaveProperty('tools');
+    // (the messages were clamped to fewer characters than the stubs take)
+    const [first] = dataOf(kept).messages as Message[];
+    expect((first.content as string).length).toBeLessThan(allowance);
+  });
+
+  it('stubs a tool by name or function name, and one without a name as {}', () => {
+    const tools = [
+      { name: 'search', description: 'd'.repeat(50_000) },
+      { type: 'function', function: { name: 'lookup', parameters: {} } },
+      { type: 'function', function: { parameters: { note: 'p'.repeat(50_000) } } },
+    ];
+    const event = eventOf('model.call', {
+      callId: 'c',
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      tools,
+    });
+
+    const result = gateEvent(event, 64 * 1024);
+
+    expectRecordable(result, 64 * 1024);
+    expect(dataOf(result).tools).toEqual([{ name: 'search' }, { name: 'lookup' }, {}]);
+  });
+
+  it('never clamps an agent name in the passes, only free text', () => {
+    const agent = 'a'.repeat(200);
+    const event = eventOf('run.started', {
+      threadId: 'thread-1',
+      agent,
+      source: 'typed',
+      goal: 'g'.repeat(100_000),
+    });
+
+    const result = gateEvent(event, 64 * 1024);
+
+    expectRecordable(result, 64 * 1024);
+    expect(dataOf(result).agent).toBe(agent);
+    expect(clampedPrefix('g'.repeat(100_000), dataOf(result).goal as string)).toBeGreaterThan(0);
   });
 });
