@@ -1401,3 +1401,32 @@ describe('gateEvent: where the passes stop', () => {
     expect(clampedPrefix('g'.repeat(100_000), dataOf(result).goal as string)).toBeGreaterThan(0);
   });
 });
+
+describe('gateEvent: the guaranteed fit of every catalogue type', () => {
+  it.each(EVENT_TYPES)('%s keeps what its schema requires when only the envelope fits', (type) => {
+    // Given the type at its worst, with the longest id that still lets it fit the smallest
+    // limit (only the guaranteed fit gets that far: the id is far longer than a UUID)
+    const data = inflate(type, MIN_LIMIT_BYTES);
+    const gated = (idLength: number) => {
+      try {
+        const id = 'i'.repeat(idLength);
+        return gateEvent({ id, type, data, metadata: {} }, MIN_LIMIT_BYTES);
+      } catch {
+        return undefined;
+      }
+    };
+    let fits = 36;
+    let fails = MIN_LIMIT_BYTES;
+    while (fails - fits > 1) {
+      const mid = (fits + fails) >> 1;
+      if (gated(mid) === undefined) fails = mid;
+      else fits = mid;
+    }
+    const result = gated(fits)!;
+
+    // Then the data keeps every required field, and has no problem but the id
+    for (const key of REQUIRED[type]) expect(dataOf(result)).toHaveProperty(key);
+    expect(problemsOf(result.event).filter((problem) => problem.field !== 'id')).toEqual([]);
+    expect(result.byteLength).toBeLessThanOrEqual(MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES);
+  });
+});
