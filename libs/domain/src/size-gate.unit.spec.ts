@@ -1196,7 +1196,7 @@ describe('gateEvent: bulky fields of other types', () => {
     const budget = MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES;
     const output = 'o'.repeat(20_000);
     const marker = `${TRUNCATION_MARKER}: ${jsonBytes(output)} bytes of JSON]`;
-    const results = Array.from({ length: 42 }, (_, i) =>
+    const results = Array.from({ length: 47 }, (_, i) =>
       gateEvent(
         eventOf('tool.finished', {
           toolCallId: 'tc-1',
@@ -1212,7 +1212,8 @@ describe('gateEvent: bulky fields of other types', () => {
     results.forEach((result, i) => {
       expect(dataOf(result).toolName).toBe('t'.repeat(946 + i));
       const preview = dataOf(result).output as string;
-      expect(preview.startsWith(`"o`)).toBe(true);
+      // (the marker alone when the room left is less than one character and the marker)
+      expect(preview.startsWith(`"o`) || preview === marker).toBe(true);
       expect(preview.endsWith(marker)).toBe(true);
     });
     expect(results.map((result) => result.byteLength)).toContain(budget);
@@ -1263,17 +1264,29 @@ describe('gateEvent: where the passes stop', () => {
     }
   });
 
-  it('drops no more messages than needed when the metadata was clamped too', () => {
-    // Given 1,000 short messages and 100 KiB of metadata
+  it.each([
+    ['the metadata was clamped', {}, { traceId: 't-1', notes: 'n'.repeat(100_000) }],
+    [
+      'the client sent a stamp',
+      {
+        truncation: {
+          originalByteLength: 1,
+          limitBytes: 1,
+          omittedMessageCount: 0,
+          clampedParts: 0,
+        },
+      },
+      {},
+    ],
+    ['small tools come along', { tools: [{ name: 'search' }] }, {}],
+  ])('drops no more messages than needed when %s', (_case, extra, metadata) => {
+    // Given 1,000 short messages
     const messages = Array.from({ length: 1000 }, (_, i) => ({
       role: 'user',
       content: `message ${i} `.padEnd(60, '.'),
     }));
-    const event = eventOf(
-      'model.call',
-      { callId: 'call-1', model: 'm', messages },
-      { traceId: 't-1', notes: 'n'.repeat(100_000) },
-    );
+    const data = { callId: 'call-1', model: 'm', messages, ...extra };
+    const event = eventOf('model.call', data, metadata);
 
     const result = gateEvent(event, 16 * 1024);
 
@@ -1309,13 +1322,15 @@ describe('gateEvent: where the passes stop', () => {
 
   it('keeps a non-text part of 64 bytes at the floor, and replaces one of 65', () => {
     // Given model calls that must drop messages, the newest holding a small image part
+    // (beside a text a few characters over the floor, which clamping would only lengthen)
+    const notWorthClamping = { type: 'text', text: 'x'.repeat(MIN_CLAMP_CHARS + 6) };
     const partOf = (bytes: number) => {
       const part = { type: 'image', data: '' };
       return { ...part, data: 'i'.repeat(bytes - jsonBytes(part)) };
     };
     const gated = (part: Part) => {
       const older = Array.from({ length: 400 }, (_, i) => ({ role: 'user', content: `m${i}` }));
-      const messages = [...older, { role: 'user', content: [part] }];
+      const messages = [...older, { role: 'user', content: [part, notWorthClamping] }];
       return gateEvent(eventOf('model.call', { callId: 'c', model: 'm', messages }), 4096);
     };
     const small = partOf(MIN_CLAMP_CHARS);
@@ -1326,6 +1341,7 @@ describe('gateEvent: where the passes stop', () => {
 
     expect(stampOf(gated(small)).omittedMessageCount).toBeGreaterThan(0);
     expect(keptSmall.content[0]).toBe(small);
+    expect(keptSmall.content[1]).toBe(notWorthClamping);
     expect(keptLarge.content[0]).toEqual({
       type: 'text',
       text: `[omitted image part of ${MIN_CLAMP_CHARS + 1} bytes]`,
@@ -1367,6 +1383,7 @@ describe('gateEvent: where the passes stop', () => {
   });
 
   it('stubs a tool by name or function name, and one without a name as {}', () => {
+    const text = 'The order shipped. '.repeat(500);
     const tools = [
       { name: 'search', description: 'd'.repeat(50_000) },
       { type: 'function', function: { name: 'lookup', parameters: {} } },
@@ -1375,14 +1392,16 @@ describe('gateEvent: where the passes stop', () => {
     const event = eventOf('model.call', {
       callId: 'c',
       model: 'm',
-      messages: [{ role: 'user', content: 'hi' }],
+      messages: [{ role: 'user', content: text }],
       tools,
     });
 
     const result = gateEvent(event, 64 * 1024);
 
+    // (the tools are reduced in the passes, before any text beside them)
     expectRecordable(result, 64 * 1024);
     expect(dataOf(result).tools).toEqual([{ name: 'search' }, { name: 'lookup' }, {}]);
+    expect(dataOf(result).messages).toEqual([{ role: 'user', content: text }]);
   });
 
   it('never clamps an agent name in the passes, only free text', () => {
@@ -1428,5 +1447,55 @@ describe('gateEvent: the guaranteed fit of every catalogue type', () => {
     for (const key of REQUIRED[type]) expect(dataOf(result)).toHaveProperty(key);
     expect(problemsOf(result.event).filter((problem) => problem.field !== 'id')).toEqual([]);
     expect(result.byteLength).toBeLessThanOrEqual(MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES);
+  });
+});
+
+describe('gateEvent: model.call at the floor', () => {
+  it('stubs huge tools at the floor too, so that messages still fit beside them', () => {
+    // Given 200 long messages that fit only clamped to the floor, and 100 KiB of tools
+    const messages = Array.from({ length: 200 }, (_, i) => ({
+      role: 'user',
+      content: `${i}`.padEnd(1000, '.'),
+    }));
+    const tools = [{ name: 'search', description: 'd'.repeat(100_000) }];
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages, tools });
+
+    const result = gateEvent(event, 16 * 1024);
+
+    // Then the tools are a stub, and the newest messages are kept at the floor
+    expectRecordable(result, 16 * 1024);
+    const data = dataOf(result);
+    expect(data.tools).toEqual([{ name: 'search' }]);
+    const stamp = stampOf(result);
+    expect(stamp.omittedMessageCount).toBeGreaterThan(0);
+    expect(stamp.omittedMessageCount).toBeLessThan(200);
+    const kept = data.messages as Message[];
+    expect(clampedPrefix(messages[199].content, kept.at(-1)!.content as string)).toBe(
+      MIN_CLAMP_CHARS,
+    );
+    expect(stamp.clampedParts).toBe(kept.length + 1);
+  });
+
+  it('keeps clamped messages up to the budget to the byte, counting each in the stamp', () => {
+    // Given model calls of long messages whose callId grows a character at a time
+    const limit = 16 * 1024;
+    const messages = Array.from({ length: 300 }, (_, i) => ({
+      role: 'user',
+      content: `${i}`.padEnd(100, '.'),
+    }));
+    const results = Array.from({ length: 90 }, (_, pad) =>
+      gateEvent(
+        eventOf('model.call', { callId: 'c'.repeat(1 + pad), model: 'm', messages }),
+        limit,
+      ),
+    );
+
+    // Then each keeps the newest messages at the floor, and one fills the budget exactly
+    for (const result of results) {
+      const kept = dataOf(result).messages as Message[];
+      expect(kept.length).toBeGreaterThan(50);
+      expect(stampOf(result).clampedParts).toBe(kept.length);
+    }
+    expect(results.map((result) => result.byteLength)).toContain(limit - STAMP_RESERVE_BYTES);
   });
 });
