@@ -736,9 +736,14 @@ function buildModelCall(
 // ---------------------------------------------------------------------------------------------
 // Other types: clamp long strings, then preview the bulkiest free-form field, then fall back
 
+/**
+ * Kept as they are, even by the fallback: pattern-bound ids longer than FALLBACK_CHARS, which a
+ * cut would make invalid. Enums need no entry (every member is shorter than FALLBACK_CHARS, so
+ * nothing cuts one), nor do booleans and numbers (only strings are cut).
+ */
+const VERBATIM: ReadonlySet<string> = new Set(['threadId']);
+
 interface TypeRules {
-  /** Kept as they are, even by the fallback: enums, booleans, numbers, pattern-bound ids. */
-  readonly verbatim: readonly string[];
   /** Identifiers and schema-bounded labels: clamped by the fallback only, never before. */
   readonly fixed: readonly string[];
   /**
@@ -754,83 +759,71 @@ interface TypeRules {
 /** One entry per catalogue type, so that a new type cannot be gated by guesswork. */
 const RULES: { readonly [K in EventType]: TypeRules } = {
   'run.started': {
-    verbatim: ['threadId', 'source'],
     fixed: ['agent', 'title'],
     bulky: {},
     required: ['threadId', 'agent', 'source'],
   },
-  'run.finished': { verbatim: ['status'], fixed: [], bulky: {}, required: ['status'] },
+  'run.finished': { fixed: [], bulky: {}, required: ['status'] },
   'turn.started': {
-    verbatim: ['source'],
     fixed: ['turnId'],
     bulky: {},
     required: ['turnId', 'source'],
   },
   'turn.finished': {
-    verbatim: ['status'],
     fixed: ['turnId'],
     bulky: {},
     required: ['turnId', 'status'],
   },
   'turn.steered': {
-    verbatim: [],
     fixed: ['turnId'],
     bulky: {},
     required: ['turnId', 'instruction'],
   },
   'message.added': {
-    verbatim: ['role'],
     fixed: ['messageId'],
     bulky: {},
     required: ['messageId', 'role', 'text'],
   },
   'transcript.added': {
-    verbatim: ['role'],
     fixed: ['utteranceId'],
     bulky: {},
     required: ['utteranceId', 'role', 'text'],
   },
   // Only reached with messages that are not an array; the fallback writes `messages: []`.
   'model.call': {
-    verbatim: [],
     fixed: ['callId', 'model'],
     bulky: { tools: 'drop' },
     required: ['callId', 'model', 'messages'],
   },
   'tool.started': {
-    verbatim: [],
     fixed: ['toolCallId', 'toolName'],
     bulky: { input: 'object' },
     required: ['toolCallId', 'toolName', 'input'],
   },
   'tool.finished': {
-    verbatim: ['failed'],
     fixed: ['toolCallId', 'toolName'],
     bulky: { output: 'value' },
     // errorText is required when failed; kept whenever present.
     required: ['toolCallId', 'failed', 'errorText'],
   },
   'approval.requested': {
-    verbatim: [],
     fixed: ['approvalId', 'toolCallId', 'toolName'],
     bulky: { input: 'object', options: 'drop' },
     required: ['approvalId', 'toolCallId', 'toolName', 'input'],
   },
   'approval.resolved': {
-    verbatim: ['decision', 'downgraded', 'receiptDigest'],
     fixed: ['approvalId'],
     bulky: {},
     required: ['approvalId', 'decision', 'receipt'],
   },
   'append.rejected': {
-    verbatim: ['declaredBytes', 'limitBytes'],
     fixed: [],
     bulky: {},
     required: ['reason', 'declaredBytes', 'limitBytes'],
   },
 };
 
-const NO_RULES: TypeRules = { verbatim: [], fixed: [], bulky: {}, required: [] };
+const NO_RULES: TypeRules = { fixed: [], bulky: {}, required: [] };
 
 function rulesOf(type: string): TypeRules {
   return Object.prototype.hasOwnProperty.call(RULES, type) ? RULES[type as EventType] : NO_RULES;
@@ -872,7 +865,7 @@ function reduceOther(gate: Gate): Reduced | undefined {
   const rules = rulesOf(event.type);
   const fields = fieldsOf(event.data);
   const coreBytes = measureEvent({ ...event, data: {}, metadata: metadata.value });
-  const skip = new Set([...rules.verbatim, ...rules.fixed]);
+  const skip = new Set([...VERBATIM, ...rules.fixed]);
   const entries = new Map<string, Entry>();
   const items: Reducible[] = [];
   let entriesSum = 0;
@@ -1029,7 +1022,7 @@ function fallback(gate: Gate): Reduced {
         clamped += 1;
         continue;
       }
-      if (rules.verbatim.includes(key)) {
+      if (VERBATIM.has(key)) {
         setOwn(data, key, value);
       } else if (key === 'messages') {
         data.messages = [];
