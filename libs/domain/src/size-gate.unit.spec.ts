@@ -1168,7 +1168,8 @@ describe('gateEvent: bulky fields of other types', () => {
   it('clamps a string field to fit the budget to the byte, keeping the optional tool name', () => {
     // Given tool outputs to clamp, their tool names a character longer each time
     const budget = MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES;
-    const output = 'o'.repeat(20_000);
+    // (a surrogate pair across the 16,384th character: long texts are sized in chunks of that)
+    const output = `${'o'.repeat(16_383)}\u{1f600}${'o'.repeat(5000)}`;
     const results = Array.from({ length: 13 }, (_, i) =>
       gateEvent(
         eventOf('tool.finished', {
@@ -1194,13 +1195,14 @@ describe('gateEvent: bulky fields of other types', () => {
   it('previews a string field to fit the budget to the byte, keeping the optional tool name', () => {
     // Given tool outputs that even clamped to the floor do not fit beside their tool names
     const budget = MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES;
-    const output = 'o'.repeat(20_000);
+    // (a surrogate pair across the 16,384th character: long texts are sized in chunks of that)
+    const output = `${'o'.repeat(16_383)}\u{1f600}${'o'.repeat(5000)}`;
     const marker = `${TRUNCATION_MARKER}: ${jsonBytes(output)} bytes of JSON]`;
-    const results = Array.from({ length: 47 }, (_, i) =>
+    const results = Array.from({ length: 55 }, (_, i) =>
       gateEvent(
         eventOf('tool.finished', {
           toolCallId: 'tc-1',
-          toolName: 't'.repeat(946 + i),
+          toolName: 't'.repeat(938 + i),
           output,
           failed: false,
         }),
@@ -1210,7 +1212,7 @@ describe('gateEvent: bulky fields of other types', () => {
 
     // Then each output is a preview of its JSON in the room left, and one fills it exactly
     results.forEach((result, i) => {
-      expect(dataOf(result).toolName).toBe('t'.repeat(946 + i));
+      expect(dataOf(result).toolName).toBe('t'.repeat(938 + i));
       const preview = dataOf(result).output as string;
       // (the marker alone when the room left is less than one character and the marker)
       expect(preview.startsWith(`"o`) || preview === marker).toBe(true);
@@ -1497,5 +1499,16 @@ describe('gateEvent: model.call at the floor', () => {
       expect(stampOf(result).clampedParts).toBe(kept.length);
     }
     expect(results.map((result) => result.byteLength)).toContain(limit - STAMP_RESERVE_BYTES);
+  });
+
+  it('clamps the strings of an event of a type it has no rules for, rather than failing', () => {
+    const note = 'x'.repeat(100_000);
+    const event = eventOf('custom.note', { noteId: 'n-1', note });
+
+    const result = gateEvent(event, 4096);
+
+    expect(result.byteLength).toBeLessThanOrEqual(4096 - STAMP_RESERVE_BYTES);
+    expect(dataOf(result).noteId).toBe('n-1');
+    expect(clampedPrefix(note, dataOf(result).note as string)).toBeGreaterThan(MIN_CLAMP_CHARS);
   });
 });
