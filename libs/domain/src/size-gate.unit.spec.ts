@@ -642,10 +642,11 @@ describe('gateEvent: every catalogue type at its worst', () => {
   it.each(EVENT_TYPES.flatMap((type) => [MIN_LIMIT_BYTES, 64 * 1024, MIB].map((l) => [type, l])))(
     '%s fits %p bytes and passes validateEvent',
     (type, limitBytes) => {
-      // Given the type's data at the sizes the schema allows, and large metadata
+      // Given the type's data at the sizes the schema allows, and metadata over its share of
+      // the budget (so that at the smallest limit even a type whose data always fits is reduced)
       const event = eventOf(type as string, inflate(type as EventType, limitBytes as number), {
         traceId: 't-1',
-        note: 'n'.repeat(Math.ceil(((limitBytes as number) * 100_000) / MIB)),
+        note: 'n'.repeat(Math.ceil(((limitBytes as number) * 300_000) / MIB)),
       });
       // The data differs between limits only in the length of free-form values, which no
       // schema bounds: valid at the smallest limit is valid at every limit.
