@@ -948,7 +948,7 @@ function reduceOther(gate: Gate): Reduced | undefined {
         replaced.set(key, { value: '', bytes: 0 });
         room = budget - configuration().bytes;
       }
-      const json = entry.json ?? JSON.stringify(fields[key]) ?? 'null';
+      const json = entry.json ?? JSON.stringify(fields[key]);
       replaced.set(key, previewOf(json, entry.valueBytes, room, kind === 'object'));
     }
     if (least > budget) continue;

@@ -495,7 +495,7 @@ describe('gateEvent: other types', () => {
   });
 
   it('clamps the strings inside a huge tool input and keeps it an object', () => {
-    const input = { query: 'refund', document: 'é'.repeat(100_000), page: 3 };
+    const input = { query: 'refund', document: 'é'.repeat(100_000), page: 3, next: null };
     const event = eventOf('tool.started', { toolCallId: 'tc-1', toolName: 'search', input });
 
     const result = gateEvent(event, 64 * 1024);
@@ -703,7 +703,7 @@ describe('gateEvent: limits and metadata', () => {
     const shared = { kept: true };
     const metadata = {
       traceId: 't-1',
-      trace: { notes: ['n'.repeat(100_000), 'short'], shared },
+      trace: { notes: ['n'.repeat(100_000), 'short'], shared, parent: null },
     };
     const event = eventOf(
       'message.added',
@@ -726,6 +726,7 @@ describe('gateEvent: limits and metadata', () => {
       MIN_CLAMP_CHARS,
     );
     expect(reduced.trace.shared).toBe(shared);
+    expect(reduced.trace.parent).toBeNull();
     expect(dataOf(result).text).toBe('Where is my refund?');
     expect(stampOf(result).clampedParts).toBe(1);
   });
@@ -1325,8 +1326,9 @@ describe('gateEvent: where the passes stop', () => {
 
   it('keeps a non-text part of 64 bytes at the floor, and replaces one of 65', () => {
     // Given model calls that must drop messages, the newest holding a small image part
-    // (beside a text a few characters over the floor, which clamping would only lengthen)
-    const notWorthClamping = { type: 'text', text: 'x'.repeat(MIN_CLAMP_CHARS + 6) };
+    // (beside a text 23 characters over the floor, which clamped would take as many bytes:
+    // the marker, "…[truncated 23 chars]", takes what it cuts)
+    const notWorthClamping = { type: 'text', text: 'x'.repeat(MIN_CLAMP_CHARS + 23) };
     const partOf = (bytes: number) => {
       const part = { type: 'image', data: '' };
       return { ...part, data: 'i'.repeat(bytes - jsonBytes(part)) };
@@ -1511,5 +1513,80 @@ describe('gateEvent: model.call at the floor', () => {
     expect(result.byteLength).toBeLessThanOrEqual(4096 - STAMP_RESERVE_BYTES);
     expect(dataOf(result).noteId).toBe('n-1');
     expect(clampedPrefix(note, dataOf(result).note as string)).toBeGreaterThan(MIN_CLAMP_CHARS);
+  });
+
+  it('keeps a tool input whole when reducing the metadata is enough', () => {
+    const input = { query: 'refund', page: 3 };
+    const event = eventOf(
+      'tool.started',
+      { toolCallId: 'tc-1', toolName: 'search', input },
+      { samples: Array.from({ length: 20_000 }, (_, i) => i) },
+    );
+
+    const result = gateEvent(event, 16 * 1024);
+
+    expectRecordable(result, 16 * 1024);
+    expect(result.event.metadata).toEqual({});
+    expect(dataOf(result).input).toBe(input);
+  });
+
+  it('previews a tool output beside an error text clamped to the floor', () => {
+    // Given an output of numbers and an error text, both far over the smallest limit
+    const errorText = 'e'.repeat(50_000);
+    const event = eventOf('tool.finished', {
+      toolCallId: 'tc-1',
+      toolName: 'load',
+      output: { rows: Array.from({ length: 10_000 }, (_, i) => i) },
+      failed: true,
+      errorText,
+    });
+
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    // Then the error text is at the floor and the output a preview in the room left
+    expectRecordable(result, MIN_LIMIT_BYTES);
+    const data = dataOf(result);
+    expect(data.toolName).toBe('load');
+    expect(clampedPrefix(errorText, data.errorText as string)).toBe(MIN_CLAMP_CHARS);
+    expect((data.output as string).startsWith('{"rows":[0,1,2,')).toBe(true);
+  });
+
+  it('leaves a string that clamping would not shorten as it is, while clamping the others', () => {
+    // Given an input of 8 long strings that fit only near the floor, and one of 87 characters
+    // (clamped to 64 it would take as many bytes)
+    const input: Data = { short: 's'.repeat(MIN_CLAMP_CHARS + 23) };
+    for (let i = 0; i < 8; i += 1) input[`long${i}`] = `${i}`.padEnd(1000, '.');
+    const event = eventOf('tool.started', { toolCallId: 'tc-1', toolName: 'load', input });
+
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    expectRecordable(result, MIN_LIMIT_BYTES);
+    const reduced = dataOf(result).input as Data;
+    expect(reduced.short).toBe(input.short);
+    for (let i = 0; i < 8; i += 1) {
+      const prefix = clampedPrefix(input[`long${i}`] as string, reduced[`long${i}`] as string);
+      expect(prefix).toBeGreaterThanOrEqual(MIN_CLAMP_CHARS);
+    }
+  });
+
+  it('keeps every message at the floor when only the floor fits them all', () => {
+    // Given 20 long messages that all fit clamped to 64 characters, and not to 97
+    const messages = Array.from({ length: 20 }, (_, i) => ({
+      role: 'user',
+      content: `${i}`.padEnd(10_000, '.'),
+    }));
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages });
+
+    // When it is gated to a limit with some bytes to spare at the floor
+    const result = gateEvent(event, 3600);
+
+    // Then every message is kept, each cut at the floor: the spare bytes stay unspent
+    expectRecordable(result, 3600);
+    expect(result.byteLength).toBeLessThan(3600 - STAMP_RESERVE_BYTES - 200);
+    const kept = dataOf(result).messages as Message[];
+    expect(stampOf(result).omittedMessageCount).toBe(0);
+    kept.forEach((message, i) => {
+      expect(clampedPrefix(messages[i].content, message.content as string)).toBe(MIN_CLAMP_CHARS);
+    });
   });
 });
