@@ -1589,4 +1589,35 @@ describe('gateEvent: model.call at the floor', () => {
       expect(clampedPrefix(messages[i].content, message.content as string)).toBe(MIN_CLAMP_CHARS);
     });
   });
+
+  it('sizes the messages from the event exactly, beside clamped metadata, tools and a client stamp', () => {
+    // Given model calls whose one long message is clamped by the first pass, its length
+    // growing a character at a time across the length where that pass fills the budget
+    const budget = 16 * 1024 - STAMP_RESERVE_BYTES;
+    const forged = {
+      originalByteLength: 1,
+      limitBytes: 1,
+      omittedMessageCount: 0,
+      clampedParts: 0,
+    };
+    const results = Array.from({ length: 41 }, (_, i) => {
+      const data = {
+        callId: 'c',
+        model: 'm',
+        messages: [{ role: 'user', content: 'x'.repeat(26_690 + i) }],
+        tools: [{ name: 'search' }],
+        truncation: forged,
+      };
+      return gateEvent(eventOf('model.call', data, { notes: 'n'.repeat(50_000) }), 16 * 1024);
+    });
+
+    // Then each keeps its message at half its length or more, and its tools; one fills the
+    // budget to the byte, which only a size exact to the byte can reach
+    results.forEach((result, i) => {
+      const [kept] = dataOf(result).messages as Message[];
+      expect(clampedPrefix('x'.repeat(26_690 + i), kept.content as string)).toBeGreaterThan(13_000);
+      expect(dataOf(result).tools).toEqual([{ name: 'search' }]);
+    });
+    expect(results.map((result) => result.byteLength)).toContain(budget);
+  });
 });
