@@ -1620,4 +1620,21 @@ describe('gateEvent: model.call at the floor', () => {
     });
     expect(results.map((result) => result.byteLength)).toContain(budget);
   });
+
+  it('keeps a text that clamping would not shorten when reducing the metadata is enough', () => {
+    // Given a text of 70 characters (cut to 64 it would grow) beside metadata far over its share
+    const text = 't'.repeat(70);
+    const event = eventOf(
+      'message.added',
+      { messageId: 'msg-1', role: 'user', text },
+      { samples: Array.from({ length: 20_000 }, (_, i) => i) },
+    );
+
+    const result = gateEvent(event, 16 * 1024);
+
+    // Then only the metadata is reduced
+    expectRecordable(result, 16 * 1024);
+    expect(dataOf(result).text).toBe(text);
+    expect(stampOf(result).clampedParts).toBe(1);
+  });
 });
