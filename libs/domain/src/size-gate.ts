@@ -144,7 +144,8 @@ export function gateEvent<E extends GateableEvent>(
   let result = withReduction(event, reduced);
   let byteLength = measureEvent(result);
   if (byteLength > budget) {
-    // Only a wrong measuredBytes can lead here: the model.call passes count from it.
+    // A wrong measuredBytes (the model.call passes count from it), or a model call whose
+    // envelope leaves no room for any message.
     reduced = fallback(gate);
     result = withReduction(event, reduced);
     byteLength = measureEvent(result);
@@ -604,8 +605,9 @@ function reduceModelCall(
     clamped += own.length;
     keptNewestFirst.push(message);
   }
+  // When no message fits beside the envelope, the result does not fit either: gateEvent's
+  // confirming measure then takes the guaranteed fit.
   const omitted = messages.length - keptNewestFirst.length;
-  if (outsideMessages + arrayBytes + stampField(omitted, clamped) > budget) return undefined;
   const stamp = stampOf(gate, omitted, clamped);
   const out: Container = { ...data, messages: keptNewestFirst.reverse(), truncation: stamp };
   for (const { item, replacement } of toolsPass.picks) {
@@ -841,7 +843,7 @@ interface Entry {
   bytes: number;
   keyBytes: number;
   valueBytes: number;
-  /** A bulky field's JSON, kept for its preview so that it is not serialised twice. */
+  /** The field's JSON when it was serialised, kept for a preview so that it is not serialised twice. */
   json: string | undefined;
   items: Reducible[];
 }
@@ -888,8 +890,7 @@ function reduceOther(gate: Gate): Reduced | undefined {
     for (const item of own) items.push(item);
     const keyBytes = jsonBytes(key);
     const bytes = keyBytes + 1 + valueBytes;
-    const kept = bulkyKind(rules, key) === undefined ? undefined : json;
-    entries.set(key, { bytes, keyBytes, valueBytes, json: kept, items: own });
+    entries.set(key, { bytes, keyBytes, valueBytes, json, items: own });
     entriesSum += bytes;
   }
   // data = { entries…, "truncation": stamp }: 2 braces, the entries, one comma per entry.
@@ -930,7 +931,7 @@ function reduceOther(gate: Gate): Reduced | undefined {
   };
   const order = [...entries.keys()]
     .filter((key) => bulkyKind(rules, key) !== undefined)
-    .sort((a, b) => (entries.get(b)?.valueBytes ?? 0) - (entries.get(a)?.valueBytes ?? 0));
+    .sort((a, b) => (entries.get(b) as Entry).valueBytes - (entries.get(a) as Entry).valueBytes);
   for (const key of order) {
     const entry = entries.get(key) as Entry;
     const kind = bulkyKind(rules, key);
@@ -943,7 +944,7 @@ function reduceOther(gate: Gate): Reduced | undefined {
     if (kind === 'drop') {
       replaced.set(key, { value: REMOVE, bytes: 0 });
     } else {
-      let room = -1;
+      let room = 0;
       if (least <= budget) {
         replaced.set(key, { value: '', bytes: 0 });
         room = budget - configuration().bytes;
@@ -1039,7 +1040,8 @@ function fallback(gate: Gate): Reduced {
         setOwn(data, key, value);
       }
     }
-    const emptied = level === 3 && Object.keys(gate.metadata.value).length > 0;
+    // Emptying metadata that is already empty measures as the level before, which did not fit.
+    const emptied = level === 3;
     const metadata = emptied ? {} : gate.metadata.value;
     const stamp = {
       ...stampOf(gate, omitted, clamped),
