@@ -414,7 +414,6 @@ function runPasses(
   ceiling: number,
   withFloor = true,
 ): Pass | undefined {
-  if (items.length === 0) return slack(0, 0) >= 0 ? NO_PASS : undefined;
   let maxLength = 0;
   for (const item of items) maxLength = Math.max(maxLength, item.length);
   const caps = [Math.max(MIN_CLAMP_CHARS, Math.floor(maxLength / 2))];
@@ -422,11 +421,12 @@ function runPasses(
     caps.push(Math.max(MIN_CLAMP_CHARS, Math.floor(caps[caps.length - 1] / 2)));
   }
   // Bucket each value by the first pass that reaches it (every value is longer than the
-  // floor), so that a pass walks only the values it clamps, never the whole list.
+  // floor, the last cap, so the search ends there), so that a pass walks only the values it
+  // clamps, never the whole list.
   const buckets: Reducible[][] = caps.map(() => []);
   for (const item of items) {
     let k = 0;
-    while (k < caps.length - 1 && caps[k] >= item.length) k += 1;
+    while (caps[k] >= item.length) k += 1;
     buckets[k].push(item);
   }
   const affected: Reducible[] = [];
@@ -860,7 +860,7 @@ function bulkyKind(rules: TypeRules, key: string): TypeRules['bulky'][string] | 
  * the fallback.
  *
  * Sizes are exact: each field is serialised once; data's size is the sum of its entries. In
- * (b) a field's floor pass is evaluated only when the other fields' least size leaves room.
+ * (b) each field's floor pass is evaluated once.
  */
 function reduceOther(gate: Gate): Reduced | undefined {
   const { event, budget, metadata } = gate;
@@ -935,24 +935,16 @@ function reduceOther(gate: Gate): Reduced | undefined {
   for (const key of order) {
     const entry = entries.get(key) as Entry;
     const kind = bulkyKind(rules, key);
-    // The least the other fields can take: a value with n long strings, n times the floor.
-    let least = coreBytes;
-    for (const [other, { bytes, items: own }] of entries) {
-      if (other === key || replaced.has(other)) continue;
-      least += own.length === 0 ? bytes : own.length * (MIN_CLAMP_CHARS + 3);
-    }
     if (kind === 'drop') {
       replaced.set(key, { value: REMOVE, bytes: 0 });
     } else {
-      let room = 0;
-      if (least <= budget) {
-        replaced.set(key, { value: '', bytes: 0 });
-        room = budget - configuration().bytes;
-      }
+      // The room the other fields leave: measured with this one taking no bytes (none left
+      // makes the preview the bare marker).
+      replaced.set(key, { value: '', bytes: 0 });
+      const room = budget - configuration().bytes;
       const json = entry.json ?? JSON.stringify(fields[key]);
       replaced.set(key, previewOf(json, entry.valueBytes, room, kind === 'object'));
     }
-    if (least > budget) continue;
     const result = configuration();
     if (result.bytes <= budget) {
       return buildOther(gate, fields, result.picks, replaced, result.count);
