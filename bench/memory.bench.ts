@@ -50,7 +50,7 @@ function threadId(t: number): string {
 }
 
 /** 100 runs, one a thread, their calls interleaved; committed in large transactions. */
-async function writeLog(dataDir: string): Promise<Log> {
+export async function writeLog(dataDir: string): Promise<Log> {
   const began = performance.now();
   const file = join(dataDir, 'runledger.db');
   await new SqliteEventStore({ file, synchronous: 'NORMAL' }).close();
