@@ -144,7 +144,8 @@ export function gateEvent<E extends GateableEvent>(
   let result = withReduction(event, reduced);
   let byteLength = measureEvent(result);
   if (byteLength > budget) {
-    // Only a wrong measuredBytes can lead here: the model.call passes count from it.
+    // A wrong measuredBytes (the model.call passes count from it), or a model call whose
+    // envelope leaves no room for any message.
     reduced = fallback(gate);
     result = withReduction(event, reduced);
     byteLength = measureEvent(result);
@@ -228,9 +229,9 @@ function setOwn(node: Container, key: PathKey, value: unknown): void {
 }
 
 /**
- * Writes `value` at `path` under `root`, copying each container on the way that is not yet
- * in `owned` (ours to change), so that the input is never changed and untouched branches
- * are shared, not copied.
+ * Writes `value` at `path` under `root` (a copy already ours), copying each container on the
+ * way that is not yet in `owned` (ours to change), so that the input is never changed and
+ * untouched branches are shared, not copied.
  */
 function applyAt(root: Container, owned: Set<unknown>, path: readonly PathKey[], value: unknown) {
   let node = root;
@@ -413,7 +414,6 @@ function runPasses(
   ceiling: number,
   withFloor = true,
 ): Pass | undefined {
-  if (items.length === 0) return slack(0, 0) >= 0 ? NO_PASS : undefined;
   let maxLength = 0;
   for (const item of items) maxLength = Math.max(maxLength, item.length);
   const caps = [Math.max(MIN_CLAMP_CHARS, Math.floor(maxLength / 2))];
@@ -421,11 +421,12 @@ function runPasses(
     caps.push(Math.max(MIN_CLAMP_CHARS, Math.floor(caps[caps.length - 1] / 2)));
   }
   // Bucket each value by the first pass that reaches it (every value is longer than the
-  // floor), so that a pass walks only the values it clamps, never the whole list.
+  // floor, the last cap, so the search ends there), so that a pass walks only the values it
+  // clamps, never the whole list.
   const buckets: Reducible[][] = caps.map(() => []);
   for (const item of items) {
     let k = 0;
-    while (k < caps.length - 1 && caps[k] >= item.length) k += 1;
+    while (caps[k] >= item.length) k += 1;
     buckets[k].push(item);
   }
   const affected: Reducible[] = [];
@@ -500,7 +501,7 @@ function reduceMetadata(metadata: Record<string, unknown>, allowance: number): R
     return { value: {}, bytes: 2, originalBytes, clamped: 1 };
   }
   const value: Container = { ...metadata };
-  const owned = new Set<unknown>([value]);
+  const owned = new Set<unknown>();
   for (const { item, replacement } of pass.picks) {
     applyAt(value, owned, item.path, replacement.value);
   }
@@ -508,18 +509,14 @@ function reduceMetadata(metadata: Record<string, unknown>, allowance: number): R
 }
 
 /**
- * Every string longer than the floor under `value`, which is at `path`. A container's path is
- * built once and shared by its values.
+ * Every string longer than the floor under `value`, which is at `path`; an array's values are
+ * under their indices as strings (`'0'`), which address them as numbers do. A container's path
+ * is built once and shared by its values.
  */
-function collectStrings(value: unknown, path: readonly PathKey[], items: Reducible[]): void {
-  if (value === null || typeof value !== 'object') return;
+function collectStrings(value: object, path: readonly PathKey[], items: Reducible[]): void {
   // A value with its own JSON form (a Date) is serialised by its rules: never clamped inside.
   if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i += 1) collectAt(value[i], path, i, items);
-  } else {
-    for (const key of Object.keys(value)) collectAt((value as Container)[key], path, key, items);
-  }
+  for (const key of Object.keys(value)) collectAt((value as Container)[key], path, key, items);
 }
 
 function collectAt(value: unknown, parent: readonly PathKey[], key: PathKey, items: Reducible[]) {
@@ -586,7 +583,7 @@ function reduceModelCall(
     budget,
     false,
   );
-  if (pass) return buildModelCall(gate, data, messages, pass.picks, 0);
+  if (pass) return buildModelCall(gate, data, messages, pass.picks);
 
   // The floor pass, then (b): keep the longest suffix of messages that fits, each clamped to
   // the floor. Every message kept is the floor pass; stopping early is dropping the oldest.
@@ -608,12 +605,13 @@ function reduceModelCall(
     clamped += own.length;
     keptNewestFirst.push(message);
   }
+  // When no message fits beside the envelope, the result does not fit either: gateEvent's
+  // confirming measure then takes the guaranteed fit.
   const omitted = messages.length - keptNewestFirst.length;
-  if (outsideMessages + arrayBytes + stampField(omitted, clamped) > budget) return undefined;
   const stamp = stampOf(gate, omitted, clamped);
   const out: Container = { ...data, messages: keptNewestFirst.reverse(), truncation: stamp };
   for (const { item, replacement } of toolsPass.picks) {
-    applyAt(out, new Set([out]), item.path, replacement.value);
+    applyAt(out, new Set(), item.path, replacement.value);
   }
   return { data: out, metadata: gate.metadata.value, stamp };
 }
@@ -632,7 +630,7 @@ function floorPicks(items: readonly Reducible[], from: number, to: number): Pick
 /** A copy of `value` with the picks (paths relative to it) applied, copied on write. */
 function withPicks(value: unknown, picks: readonly Pick[]): Container {
   const out: Container = { ...(value as Container) };
-  const owned = new Set<unknown>([out]);
+  const owned = new Set<unknown>();
   for (const { item, replacement } of picks) applyAt(out, owned, item.path, replacement.value);
   return out;
 }
@@ -681,7 +679,8 @@ function partItem(
     // {"text":"[omitted  part of NN bytes]","type":"text"}, with no type and two digits.
     minBytes: () => Math.min(bytes, PLACEHOLDER_MIN_BYTES),
     reduce() {
-      const label = typeof part.type === 'string' ? cutChars(part.type, LABEL_CHARS) : 'untyped';
+      // The schema requires every part to name its type.
+      const label = cutChars(String(part.type), LABEL_CHARS);
       const value = { type: 'text', text: `[omitted ${label} part of ${bytes} bytes]` };
       return { value, bytes: jsonBytes(value) };
     },
@@ -718,20 +717,19 @@ function toolStub(tool: unknown): Record<string, unknown> {
   return typeof name === 'string' ? { name: clampText(name, MIN_CLAMP_CHARS) } : {};
 }
 
-/** The reduced data: the kept messages, the picks applied to them (copied on write). */
+/** The reduced data of a pass above the floor: every message, the picks applied (copied on write). */
 function buildModelCall(
   gate: Gate,
   data: Record<string, unknown>,
   messages: readonly unknown[],
   picks: readonly Pick[],
-  omitted: number,
 ): Reduced {
-  const stamp = stampOf(gate, omitted, picks.length);
-  const kept = messages.slice(omitted);
+  const stamp = stampOf(gate, 0, picks.length);
+  const kept = messages.slice();
   const out: Container = { ...data, messages: kept, truncation: stamp };
-  const owned = new Set<unknown>([out, kept]);
+  const owned = new Set<unknown>([kept]);
   for (const { item, replacement } of picks) {
-    const path = item.group < 0 ? item.path : ['messages', item.group - omitted, ...item.path];
+    const path = item.group < 0 ? item.path : ['messages', item.group, ...item.path];
     applyAt(out, owned, path, replacement.value);
   }
   return { data: out, metadata: gate.metadata.value, stamp };
@@ -740,9 +738,14 @@ function buildModelCall(
 // ---------------------------------------------------------------------------------------------
 // Other types: clamp long strings, then preview the bulkiest free-form field, then fall back
 
+/**
+ * Kept as they are, even by the fallback: pattern-bound ids longer than FALLBACK_CHARS, which a
+ * cut would make invalid. Enums need no entry (every member is shorter than FALLBACK_CHARS, so
+ * nothing cuts one), nor do booleans and numbers (only strings are cut).
+ */
+const VERBATIM: ReadonlySet<string> = new Set(['threadId']);
+
 interface TypeRules {
-  /** Kept as they are, even by the fallback: enums, booleans, numbers, pattern-bound ids. */
-  readonly verbatim: readonly string[];
   /** Identifiers and schema-bounded labels: clamped by the fallback only, never before. */
   readonly fixed: readonly string[];
   /**
@@ -758,83 +761,71 @@ interface TypeRules {
 /** One entry per catalogue type, so that a new type cannot be gated by guesswork. */
 const RULES: { readonly [K in EventType]: TypeRules } = {
   'run.started': {
-    verbatim: ['threadId', 'source'],
     fixed: ['agent', 'title'],
     bulky: {},
     required: ['threadId', 'agent', 'source'],
   },
-  'run.finished': { verbatim: ['status'], fixed: [], bulky: {}, required: ['status'] },
+  'run.finished': { fixed: [], bulky: {}, required: ['status'] },
   'turn.started': {
-    verbatim: ['source'],
     fixed: ['turnId'],
     bulky: {},
     required: ['turnId', 'source'],
   },
   'turn.finished': {
-    verbatim: ['status'],
     fixed: ['turnId'],
     bulky: {},
     required: ['turnId', 'status'],
   },
   'turn.steered': {
-    verbatim: [],
     fixed: ['turnId'],
     bulky: {},
     required: ['turnId', 'instruction'],
   },
   'message.added': {
-    verbatim: ['role'],
     fixed: ['messageId'],
     bulky: {},
     required: ['messageId', 'role', 'text'],
   },
   'transcript.added': {
-    verbatim: ['role'],
     fixed: ['utteranceId'],
     bulky: {},
     required: ['utteranceId', 'role', 'text'],
   },
   // Only reached with messages that are not an array; the fallback writes `messages: []`.
   'model.call': {
-    verbatim: [],
     fixed: ['callId', 'model'],
     bulky: { tools: 'drop' },
     required: ['callId', 'model', 'messages'],
   },
   'tool.started': {
-    verbatim: [],
     fixed: ['toolCallId', 'toolName'],
     bulky: { input: 'object' },
     required: ['toolCallId', 'toolName', 'input'],
   },
   'tool.finished': {
-    verbatim: ['failed'],
     fixed: ['toolCallId', 'toolName'],
     bulky: { output: 'value' },
     // errorText is required when failed; kept whenever present.
     required: ['toolCallId', 'failed', 'errorText'],
   },
   'approval.requested': {
-    verbatim: [],
     fixed: ['approvalId', 'toolCallId', 'toolName'],
     bulky: { input: 'object', options: 'drop' },
     required: ['approvalId', 'toolCallId', 'toolName', 'input'],
   },
   'approval.resolved': {
-    verbatim: ['decision', 'downgraded', 'receiptDigest'],
     fixed: ['approvalId'],
     bulky: {},
     required: ['approvalId', 'decision', 'receipt'],
   },
   'append.rejected': {
-    verbatim: ['declaredBytes', 'limitBytes'],
     fixed: [],
     bulky: {},
     required: ['reason', 'declaredBytes', 'limitBytes'],
   },
 };
 
-const NO_RULES: TypeRules = { verbatim: [], fixed: [], bulky: {}, required: [] };
+const NO_RULES: TypeRules = { fixed: [], bulky: {}, required: [] };
 
 function rulesOf(type: string): TypeRules {
   return Object.prototype.hasOwnProperty.call(RULES, type) ? RULES[type as EventType] : NO_RULES;
@@ -852,7 +843,7 @@ interface Entry {
   bytes: number;
   keyBytes: number;
   valueBytes: number;
-  /** A bulky field's JSON, kept for its preview so that it is not serialised twice. */
+  /** The field's JSON when it was serialised, kept for a preview so that it is not serialised twice. */
   json: string | undefined;
   items: Reducible[];
 }
@@ -869,14 +860,14 @@ function bulkyKind(rules: TypeRules, key: string): TypeRules['bulky'][string] | 
  * the fallback.
  *
  * Sizes are exact: each field is serialised once; data's size is the sum of its entries. In
- * (b) a field's floor pass is evaluated only when the other fields' least size leaves room.
+ * (b) each field's floor pass is evaluated once.
  */
 function reduceOther(gate: Gate): Reduced | undefined {
   const { event, budget, metadata } = gate;
   const rules = rulesOf(event.type);
   const fields = fieldsOf(event.data);
   const coreBytes = measureEvent({ ...event, data: {}, metadata: metadata.value });
-  const skip = new Set([...rules.verbatim, ...rules.fixed]);
+  const skip = new Set([...VERBATIM, ...rules.fixed]);
   const entries = new Map<string, Entry>();
   const items: Reducible[] = [];
   let entriesSum = 0;
@@ -899,8 +890,7 @@ function reduceOther(gate: Gate): Reduced | undefined {
     for (const item of own) items.push(item);
     const keyBytes = jsonBytes(key);
     const bytes = keyBytes + 1 + valueBytes;
-    const kept = bulkyKind(rules, key) === undefined ? undefined : json;
-    entries.set(key, { bytes, keyBytes, valueBytes, json: kept, items: own });
+    entries.set(key, { bytes, keyBytes, valueBytes, json, items: own });
     entriesSum += bytes;
   }
   // data = { entries…, "truncation": stamp }: 2 braces, the entries, one comma per entry.
@@ -941,28 +931,20 @@ function reduceOther(gate: Gate): Reduced | undefined {
   };
   const order = [...entries.keys()]
     .filter((key) => bulkyKind(rules, key) !== undefined)
-    .sort((a, b) => (entries.get(b)?.valueBytes ?? 0) - (entries.get(a)?.valueBytes ?? 0));
+    .sort((a, b) => (entries.get(b) as Entry).valueBytes - (entries.get(a) as Entry).valueBytes);
   for (const key of order) {
     const entry = entries.get(key) as Entry;
     const kind = bulkyKind(rules, key);
-    // The least the other fields can take: a value with n long strings, n times the floor.
-    let least = coreBytes;
-    for (const [other, { bytes, items: own }] of entries) {
-      if (other === key || replaced.has(other)) continue;
-      least += own.length === 0 ? bytes : own.length * (MIN_CLAMP_CHARS + 3);
-    }
     if (kind === 'drop') {
       replaced.set(key, { value: REMOVE, bytes: 0 });
     } else {
-      let room = -1;
-      if (least <= budget) {
-        replaced.set(key, { value: '', bytes: 0 });
-        room = budget - configuration().bytes;
-      }
-      const json = entry.json ?? JSON.stringify(fields[key]) ?? 'null';
+      // The room the other fields leave: measured with this one taking no bytes (none left
+      // makes the preview the bare marker).
+      replaced.set(key, { value: '', bytes: 0 });
+      const room = budget - configuration().bytes;
+      const json = entry.json ?? JSON.stringify(fields[key]);
       replaced.set(key, previewOf(json, entry.valueBytes, room, kind === 'object'));
     }
-    if (least > budget) continue;
     const result = configuration();
     if (result.bytes <= budget) {
       return buildOther(gate, fields, result.picks, replaced, result.count);
@@ -999,7 +981,7 @@ function buildOther(
 ): Reduced {
   const stamp = stampOf(gate, 0, clamped);
   const out: Container = { ...fields };
-  const owned = new Set<unknown>([out]);
+  const owned = new Set<unknown>();
   for (const { item, replacement } of picks) applyAt(out, owned, item.path, replacement.value);
   for (const [key, { value }] of replaced) applyAt(out, owned, [key], value);
   setOwn(out, 'truncation', stamp);
@@ -1033,7 +1015,7 @@ function fallback(gate: Gate): Reduced {
         clamped += 1;
         continue;
       }
-      if (rules.verbatim.includes(key)) {
+      if (VERBATIM.has(key)) {
         setOwn(data, key, value);
       } else if (key === 'messages') {
         data.messages = [];
@@ -1050,7 +1032,8 @@ function fallback(gate: Gate): Reduced {
         setOwn(data, key, value);
       }
     }
-    const emptied = level === 3 && Object.keys(gate.metadata.value).length > 0;
+    // Emptying metadata that is already empty measures as the level before, which did not fit.
+    const emptied = level === 3;
     const metadata = emptied ? {} : gate.metadata.value;
     const stamp = {
       ...stampOf(gate, omitted, clamped),

@@ -495,7 +495,7 @@ describe('gateEvent: other types', () => {
   });
 
   it('clamps the strings inside a huge tool input and keeps it an object', () => {
-    const input = { query: 'refund', document: 'é'.repeat(100_000), page: 3 };
+    const input = { query: 'refund', document: 'é'.repeat(100_000), page: 3, next: null };
     const event = eventOf('tool.started', { toolCallId: 'tc-1', toolName: 'search', input });
 
     const result = gateEvent(event, 64 * 1024);
@@ -608,14 +608,45 @@ function inflate(type: EventType, limitBytes: number): Data {
   return data;
 }
 
+/** The fields each type's schema requires (docs/events.md, the catalogue's bold fields). */
+const REQUIRED: Record<EventType, string[]> = {
+  'run.started': ['threadId', 'agent', 'source'],
+  'run.finished': ['status'],
+  'turn.started': ['turnId', 'source'],
+  'turn.finished': ['turnId', 'status'],
+  'turn.steered': ['turnId', 'instruction'],
+  'message.added': ['messageId', 'role', 'text'],
+  'transcript.added': ['utteranceId', 'role', 'text'],
+  'model.call': ['callId', 'model', 'messages'],
+  'tool.started': ['toolCallId', 'toolName', 'input'],
+  'tool.finished': ['toolCallId', 'failed'],
+  'approval.requested': ['approvalId', 'toolCallId', 'toolName', 'input'],
+  'approval.resolved': ['approvalId', 'decision', 'receipt'],
+  'append.rejected': ['reason', 'declaredBytes'],
+};
+
+const IDENTIFIERS_AND_LABELS = [
+  'turnId',
+  'messageId',
+  'utteranceId',
+  'callId',
+  'toolCallId',
+  'approvalId',
+  'agent',
+  'title',
+  'model',
+  'toolName',
+];
+
 describe('gateEvent: every catalogue type at its worst', () => {
   it.each(EVENT_TYPES.flatMap((type) => [MIN_LIMIT_BYTES, 64 * 1024, MIB].map((l) => [type, l])))(
     '%s fits %p bytes and passes validateEvent',
     (type, limitBytes) => {
-      // Given the type's data at the sizes the schema allows, and large metadata
+      // Given the type's data at the sizes the schema allows, and metadata over its share of
+      // the budget (so that at the smallest limit even a type whose data always fits is reduced)
       const event = eventOf(type as string, inflate(type as EventType, limitBytes as number), {
         traceId: 't-1',
-        note: 'n'.repeat(Math.ceil(((limitBytes as number) * 100_000) / MIB)),
+        note: 'n'.repeat(Math.ceil(((limitBytes as number) * 300_000) / MIB)),
       });
       // The data differs between limits only in the length of free-form values, which no
       // schema bounds: valid at the smallest limit is valid at every limit.
@@ -629,6 +660,18 @@ describe('gateEvent: every catalogue type at its worst', () => {
       const over = measureEvent(event) > (limitBytes as number);
       expect(result.truncated).toBe(over);
       if (over) expect(stampOf(result).originalByteLength).toBe(measureEvent(event));
+      // And it keeps what the schema requires, the thread id as it came, and each identifier
+      // or label whole or, by the guaranteed fit alone, cut to 16 characters
+      const original = event.data as Data;
+      const reduced = dataOf(result);
+      for (const key of REQUIRED[type as EventType]) expect(reduced).toHaveProperty(key);
+      if (original.threadId !== undefined) expect(reduced.threadId).toBe(original.threadId);
+      for (const key of IDENTIFIERS_AND_LABELS) {
+        if (reduced[key] === undefined || reduced[key] === original[key]) continue;
+        expect(clampedPrefix(original[key] as string, reduced[key] as string)).toBe(16);
+      }
+      // And gating it again changes nothing
+      expect(gateEvent(result.event, limitBytes as number).event).toBe(result.event);
     },
   );
 });
@@ -660,7 +703,7 @@ describe('gateEvent: limits and metadata', () => {
     const shared = { kept: true };
     const metadata = {
       traceId: 't-1',
-      trace: { notes: ['n'.repeat(100_000), 'short'], shared },
+      trace: { notes: ['n'.repeat(100_000), 'short'], shared, parent: null },
     };
     const event = eventOf(
       'message.added',
@@ -683,6 +726,7 @@ describe('gateEvent: limits and metadata', () => {
       MIN_CLAMP_CHARS,
     );
     expect(reduced.trace.shared).toBe(shared);
+    expect(reduced.trace.parent).toBeNull();
     expect(dataOf(result).text).toBe('Where is my refund?');
     expect(stampOf(result).clampedParts).toBe(1);
   });
@@ -1007,5 +1051,590 @@ describe('gateEvent: edges of the reduction', () => {
     walk(result.event, 'event');
     expect(problems).toEqual([]);
     expect((result.event.data as Data).input).toMatchObject({ query: 'refund' });
+  });
+});
+
+describe('gateEvent: bulky fields of other types', () => {
+  const approval = (input: unknown, options: string[], toolName = 'deploy') =>
+    eventOf('approval.requested', {
+      approvalId: 'ap-1',
+      toolCallId: 'tc-1',
+      toolName,
+      input,
+      question: 'Deploy to prod?',
+      options,
+    });
+
+  it('drops the approval options when they are what does not fit, keeping the input whole', () => {
+    // Given options too long even at the floor (64 of 500 characters), and a small input
+    const input = { env: 'prod', replicas: 3 };
+    const event = approval(
+      input,
+      Array.from({ length: 64 }, () => 'o'.repeat(500)),
+    );
+
+    // When it is gated
+    const result = gateEvent(event, 4096);
+
+    // Then the options are left out, counted once, and everything else kept as it came
+    expectRecordable(result, 4096);
+    expect(dataOf(result)).toEqual({
+      approvalId: 'ap-1',
+      toolCallId: 'tc-1',
+      toolName: 'deploy',
+      input,
+      question: 'Deploy to prod?',
+      truncation: stampOf(result),
+    });
+    expect(stampOf(result).clampedParts).toBe(1);
+    // And gating the reduced event again changes nothing
+    expect(gateEvent(result.event, 4096).event).toBe(result.event);
+  });
+
+  it('replaces the bulkiest field first, then previews the next in the room that leaves', () => {
+    // Given options (64 KiB) bulkier than an input of numbers (49 KiB)
+    const input = { blob: Array.from({ length: 10_000 }, (_, i) => i) };
+    const event = approval(
+      input,
+      Array.from({ length: 64 }, () => 'o'.repeat(1000)),
+    );
+
+    // When it is gated
+    const result = gateEvent(event, 4096);
+
+    // Then the options are dropped, and the input is a preview of its JSON filling the room
+    expectRecordable(result, 4096);
+    const data = dataOf(result);
+    expect(data).not.toHaveProperty('options');
+    expect(data.question).toBe('Deploy to prod?');
+    const raw = (data.input as { raw: string }).raw;
+    expect(raw.startsWith('{"blob":[0,1,2,3,')).toBe(true);
+    expect(raw.endsWith(`${TRUNCATION_MARKER}: ${jsonBytes(input)} bytes of JSON]`)).toBe(true);
+    expect(result.byteLength).toBeGreaterThan(0.9 * (4096 - STAMP_RESERVE_BYTES));
+    expect(stampOf(result).clampedParts).toBe(2);
+  });
+
+  it('keeps the options when previewing the input is enough', () => {
+    // Given an input of numbers far over the limit, and short options
+    const input = { blob: Array.from({ length: 10_000 }, (_, i) => i) };
+    const options = ['yes', 'no'];
+    const event = approval(input, options);
+
+    const result = gateEvent(event, 4096);
+
+    expectRecordable(result, 4096);
+    const data = dataOf(result);
+    expect(data.options).toEqual(options);
+    expect((data.input as { raw: string }).raw.startsWith('{"blob":[0,1,2,3,')).toBe(true);
+    expect(result.byteLength).toBeGreaterThan(0.9 * (4096 - STAMP_RESERVE_BYTES));
+    expect(stampOf(result).clampedParts).toBe(1);
+  });
+
+  it('previews a tool output as a string, keeping the error text it was recorded with', () => {
+    const output = { rows: Array.from({ length: 10_000 }, (_, i) => i) };
+    const event = eventOf('tool.finished', {
+      toolCallId: 'tc-1',
+      toolName: 'load',
+      output,
+      failed: true,
+      errorText: 'exit code 2',
+    });
+
+    const result = gateEvent(event, 4096);
+
+    expectRecordable(result, 4096);
+    const data = dataOf(result);
+    expect(data).toMatchObject({ toolName: 'load', failed: true, errorText: 'exit code 2' });
+    expect(typeof data.output).toBe('string');
+    expect((data.output as string).startsWith('{"rows":[0,1,2,3,')).toBe(true);
+    expect(stampOf(result).clampedParts).toBe(1);
+  });
+
+  it('drops options to fit the budget to the byte, rather than touching the input', () => {
+    // Given approvals whose options must go, their tool names a character longer each time
+    const budget = MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES;
+    const input = { env: 'prod' };
+    const options = Array.from({ length: 64 }, () => 'o'.repeat(500));
+    const results = Array.from({ length: 40 }, (_, i) =>
+      gateEvent(approval(input, options, 't'.repeat(938 + i)), MIN_LIMIT_BYTES),
+    );
+
+    // Then each keeps its input and question, and one fills the budget exactly
+    for (const result of results) {
+      expect(dataOf(result)).toMatchObject({ input, question: 'Deploy to prod?' });
+      expect(dataOf(result)).not.toHaveProperty('options');
+    }
+    expect(results.map((result) => result.byteLength)).toContain(budget);
+  });
+
+  it('clamps a string field to fit the budget to the byte, keeping the optional tool name', () => {
+    // Given tool outputs to clamp, their tool names a character longer each time
+    const budget = MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES;
+    // (a surrogate pair across the 16,384th character: long texts are sized in chunks of that)
+    const output = `${'o'.repeat(16_383)}\u{1f600}${'o'.repeat(5000)}`;
+    const results = Array.from({ length: 13 }, (_, i) =>
+      gateEvent(
+        eventOf('tool.finished', {
+          toolCallId: 'tc-1',
+          toolName: 't'.repeat(925 + i),
+          output,
+          failed: false,
+        }),
+        MIN_LIMIT_BYTES,
+      ),
+    );
+
+    // Then each keeps its tool name and a clamped output, and one fills the budget exactly
+    results.forEach((result, i) => {
+      expect(dataOf(result).toolName).toBe('t'.repeat(925 + i));
+      expect(clampedPrefix(output, dataOf(result).output as string)).toBeGreaterThanOrEqual(
+        MIN_CLAMP_CHARS,
+      );
+    });
+    expect(results.map((result) => result.byteLength)).toContain(budget);
+  });
+
+  it('previews a string field to fit the budget to the byte, keeping the optional tool name', () => {
+    // Given tool outputs that even clamped to the floor do not fit beside their tool names
+    const budget = MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES;
+    // (a surrogate pair across the 16,384th character: long texts are sized in chunks of that)
+    const output = `${'o'.repeat(16_383)}\u{1f600}${'o'.repeat(5000)}`;
+    const marker = `${TRUNCATION_MARKER}: ${jsonBytes(output)} bytes of JSON]`;
+    const results = Array.from({ length: 55 }, (_, i) =>
+      gateEvent(
+        eventOf('tool.finished', {
+          toolCallId: 'tc-1',
+          toolName: 't'.repeat(938 + i),
+          output,
+          failed: false,
+        }),
+        MIN_LIMIT_BYTES,
+      ),
+    );
+
+    // Then each output is a preview of its JSON in the room left, and one fills it exactly
+    results.forEach((result, i) => {
+      expect(dataOf(result).toolName).toBe('t'.repeat(938 + i));
+      const preview = dataOf(result).output as string;
+      // (the marker alone when the room left is less than one character and the marker)
+      expect(preview.startsWith(`"o`) || preview === marker).toBe(true);
+      expect(preview.endsWith(marker)).toBe(true);
+    });
+    expect(results.map((result) => result.byteLength)).toContain(budget);
+  });
+});
+
+describe('gateEvent: where the passes stop', () => {
+  it('keeps metadata of exactly its share as the same object, and clamps one a byte over it', () => {
+    // Given metadata of exactly 1/8 of the budget, then one byte more
+    const allowance = Math.floor((4096 - STAMP_RESERVE_BYTES) / 8);
+    const sized = (bytes: number) => ({ note: 'n'.repeat(bytes - jsonBytes({ note: '' })) });
+    const data = { messageId: 'msg-1', role: 'user', text: 'x'.repeat(10_000) };
+    const atShare = sized(allowance);
+    const overShare = sized(allowance + 1);
+
+    // When events carrying them are gated
+    const kept = gateEvent(eventOf('message.added', data, atShare), 4096);
+    const clamped = gateEvent(eventOf('message.added', data, overShare), 4096);
+
+    // Then the first is kept as it came, the second clamped and counted
+    expect(jsonBytes(atShare)).toBe(allowance);
+    expect(kept.event.metadata).toBe(atShare);
+    expect(stampOf(kept).clampedParts).toBe(1);
+    expect(clampedPrefix(overShare.note, clamped.event.metadata.note as string)).toBeGreaterThan(
+      MIN_CLAMP_CHARS,
+    );
+    expect(stampOf(clamped).clampedParts).toBe(2);
+  });
+
+  it('clamps metadata to the floor beside many short values, rather than emptying it', () => {
+    // Given 100 empty values beside 8 long ones that fit the share only at the floor
+    const metadata: Data = Object.fromEntries(
+      Array.from({ length: 100 }, (_, i) => [`s${String(i).padStart(2, '0')}`, '']),
+    );
+    for (let i = 0; i < 8; i += 1) metadata[`long${i}`] = `${i}`.padEnd(1000, '.');
+    const data = { messageId: 'msg-1', role: 'user', text: 'x'.repeat(100_000) };
+
+    const result = gateEvent(eventOf('message.added', data, metadata), 16 * 1024);
+
+    // Then every key is kept, the long values clamped near the floor
+    expectRecordable(result, 16 * 1024);
+    const reduced = result.event.metadata;
+    expect(Object.keys(reduced)).toEqual(Object.keys(metadata));
+    for (let i = 0; i < 8; i += 1) {
+      const prefix = clampedPrefix(metadata[`long${i}`] as string, reduced[`long${i}`] as string);
+      expect(prefix).toBeGreaterThanOrEqual(MIN_CLAMP_CHARS);
+      expect(prefix).toBeLessThan(128);
+    }
+  });
+
+  it.each([
+    ['the metadata was clamped', {}, { traceId: 't-1', notes: 'n'.repeat(100_000) }],
+    [
+      'the client sent a stamp',
+      {
+        truncation: {
+          originalByteLength: 1,
+          limitBytes: 1,
+          omittedMessageCount: 0,
+          clampedParts: 0,
+        },
+      },
+      {},
+    ],
+    ['small tools come along', { tools: [{ name: 'search' }] }, {}],
+  ])('drops no more messages than needed when %s', (_case, extra, metadata) => {
+    // Given 1,000 short messages
+    const messages = Array.from({ length: 1000 }, (_, i) => ({
+      role: 'user',
+      content: `message ${i} `.padEnd(60, '.'),
+    }));
+    const data = { callId: 'call-1', model: 'm', messages, ...extra };
+    const event = eventOf('model.call', data, metadata);
+
+    const result = gateEvent(event, 16 * 1024);
+
+    // Then the newest messages are kept, and one more would not have fitted
+    expectRecordable(result, 16 * 1024);
+    const stamp = stampOf(result);
+    expect(dataOf(result).messages).toEqual(messages.slice(stamp.omittedMessageCount));
+    expect(stamp.omittedMessageCount).toBeLessThan(1000);
+    expect(result.byteLength + jsonBytes(messages[0]) + 1).toBeGreaterThan(
+      16 * 1024 - STAMP_RESERVE_BYTES,
+    );
+  });
+
+  it('does not force the texts beside a huge image to the floor', () => {
+    const image = { type: 'image', data: 'iVBORw0KGgo'.repeat(30_000) };
+    const text = 'The order shipped. '.repeat(1000);
+    const event = eventOf('model.call', {
+      callId: 'c',
+      model: 'm',
+      messages: [{ role: 'user', content: [image, { type: 'text', text }] }],
+    });
+
+    const result = gateEvent(event, 64 * 1024);
+
+    expectRecordable(result, 64 * 1024);
+    const [kept] = dataOf(result).messages as { content: Part[] }[];
+    expect(kept.content[0]).toEqual({
+      type: 'text',
+      text: `[omitted image part of ${jsonBytes(image)} bytes]`,
+    });
+    expect(kept.content[1].text).toBe(text);
+  });
+
+  it('keeps a non-text part of 64 bytes at the floor, and replaces one of 65', () => {
+    // Given model calls that must drop messages, the newest holding a small image part
+    // (beside a text 23 characters over the floor, which clamped would take as many bytes:
+    // the marker, "…[truncated 23 chars]", takes what it cuts)
+    const notWorthClamping = { type: 'text', text: 'x'.repeat(MIN_CLAMP_CHARS + 23) };
+    const partOf = (bytes: number) => {
+      const part = { type: 'image', data: '' };
+      return { ...part, data: 'i'.repeat(bytes - jsonBytes(part)) };
+    };
+    const gated = (part: Part) => {
+      const older = Array.from({ length: 400 }, (_, i) => ({ role: 'user', content: `m${i}` }));
+      const messages = [...older, { role: 'user', content: [part, notWorthClamping] }];
+      return gateEvent(eventOf('model.call', { callId: 'c', model: 'm', messages }), 4096);
+    };
+    const small = partOf(MIN_CLAMP_CHARS);
+    const large = partOf(MIN_CLAMP_CHARS + 1);
+
+    const keptSmall = (dataOf(gated(small)).messages as { content: Part[] }[]).at(-1)!;
+    const keptLarge = (dataOf(gated(large)).messages as { content: Part[] }[]).at(-1)!;
+
+    expect(stampOf(gated(small)).omittedMessageCount).toBeGreaterThan(0);
+    expect(keptSmall.content[0]).toBe(small);
+    expect(keptSmall.content[1]).toBe(notWorthClamping);
+    expect(keptLarge.content[0]).toEqual({
+      type: 'text',
+      text: `[omitted image part of ${MIN_CLAMP_CHARS + 1} bytes]`,
+    });
+  });
+
+  it('keeps tool stubs of exactly 1/16 of the budget when the pass cap is smaller, and drops larger ones', () => {
+    // Given 20 long messages that must be clamped far below the stubs' size, and tools whose
+    // stubs take exactly the allowance, then one byte more
+    const allowance = Math.floor((16 * 1024 - STAMP_RESERVE_BYTES) / 16);
+    const stubsOf = (bytes: number) => {
+      const names = Array.from({ length: 13 }, (_, i) => `tool_${i}`.padEnd(60, 'x'));
+      const last = bytes - jsonBytes(names.map((name) => ({ name }))) - jsonBytes({ name: '' }) - 1;
+      return [...names, 'y'.repeat(last)].map((name) => ({ name, description: 'd'.repeat(5000) }));
+    };
+    const gated = (tools: unknown[]) => {
+      const messages = Array.from({ length: 20 }, () => ({
+        role: 'user',
+        content: 'z'.repeat(100_000),
+      }));
+      return gateEvent(
+        eventOf('model.call', { callId: 'c', model: 'm', messages, tools }),
+        16 * 1024,
+      );
+    };
+    const exact = stubsOf(allowance);
+    const over = stubsOf(allowance + 1);
+
+    const kept = gated(exact);
+    const dropped = gated(over);
+
+    expectRecordable(kept, 16 * 1024);
+    expect(jsonBytes(dataOf(kept).tools as unknown[])).toBe(allowance);
+    expect(dataOf(kept).tools).toEqual(exact.map(({ name }) => ({ name })));
+    expect(dataOf(dropped)).not.toHaveProperty('tools');
+    // (the messages were clamped to fewer characters than the stubs take)
+    const [first] = dataOf(kept).messages as Message[];
+    expect((first.content as string).length).toBeLessThan(allowance);
+  });
+
+  it('stubs a tool by name or function name, and one without a name as {}', () => {
+    const text = 'The order shipped. '.repeat(500);
+    const tools = [
+      { name: 'search', description: 'd'.repeat(50_000) },
+      { type: 'function', function: { name: 'lookup', parameters: {} } },
+      { type: 'function', function: { parameters: { note: 'p'.repeat(50_000) } } },
+    ];
+    const event = eventOf('model.call', {
+      callId: 'c',
+      model: 'm',
+      messages: [{ role: 'user', content: text }],
+      tools,
+    });
+
+    const result = gateEvent(event, 64 * 1024);
+
+    // (the tools are reduced in the passes, before any text beside them)
+    expectRecordable(result, 64 * 1024);
+    expect(dataOf(result).tools).toEqual([{ name: 'search' }, { name: 'lookup' }, {}]);
+    expect(dataOf(result).messages).toEqual([{ role: 'user', content: text }]);
+  });
+
+  it('never clamps an agent name in the passes, only free text', () => {
+    const agent = 'a'.repeat(200);
+    const event = eventOf('run.started', {
+      threadId: 'thread-1',
+      agent,
+      source: 'typed',
+      goal: 'g'.repeat(100_000),
+    });
+
+    const result = gateEvent(event, 64 * 1024);
+
+    expectRecordable(result, 64 * 1024);
+    expect(dataOf(result).agent).toBe(agent);
+    expect(clampedPrefix('g'.repeat(100_000), dataOf(result).goal as string)).toBeGreaterThan(0);
+  });
+});
+
+describe('gateEvent: the guaranteed fit of every catalogue type', () => {
+  it.each(EVENT_TYPES)('%s keeps what its schema requires when only the envelope fits', (type) => {
+    // Given the type at its worst, with the longest id that still lets it fit the smallest
+    // limit (only the guaranteed fit gets that far: the id is far longer than a UUID)
+    const data = inflate(type, MIN_LIMIT_BYTES);
+    const gated = (idLength: number) => {
+      try {
+        const id = 'i'.repeat(idLength);
+        return gateEvent({ id, type, data, metadata: {} }, MIN_LIMIT_BYTES);
+      } catch {
+        return undefined;
+      }
+    };
+    let fits = 36;
+    let fails = MIN_LIMIT_BYTES;
+    while (fails - fits > 1) {
+      const mid = (fits + fails) >> 1;
+      if (gated(mid) === undefined) fails = mid;
+      else fits = mid;
+    }
+    const result = gated(fits)!;
+
+    // Then the data keeps every required field, and has no problem but the id
+    for (const key of REQUIRED[type]) expect(dataOf(result)).toHaveProperty(key);
+    expect(problemsOf(result.event).filter((problem) => problem.field !== 'id')).toEqual([]);
+    expect(result.byteLength).toBeLessThanOrEqual(MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES);
+  });
+});
+
+describe('gateEvent: model.call at the floor', () => {
+  it('stubs huge tools at the floor too, so that messages still fit beside them', () => {
+    // Given 200 long messages that fit only clamped to the floor, and 100 KiB of tools
+    const messages = Array.from({ length: 200 }, (_, i) => ({
+      role: 'user',
+      content: `${i}`.padEnd(1000, '.'),
+    }));
+    const tools = [{ name: 'search', description: 'd'.repeat(100_000) }];
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages, tools });
+
+    const result = gateEvent(event, 16 * 1024);
+
+    // Then the tools are a stub, and the newest messages are kept at the floor
+    expectRecordable(result, 16 * 1024);
+    const data = dataOf(result);
+    expect(data.tools).toEqual([{ name: 'search' }]);
+    const stamp = stampOf(result);
+    expect(stamp.omittedMessageCount).toBeGreaterThan(0);
+    expect(stamp.omittedMessageCount).toBeLessThan(200);
+    const kept = data.messages as Message[];
+    expect(clampedPrefix(messages[199].content, kept.at(-1)!.content as string)).toBe(
+      MIN_CLAMP_CHARS,
+    );
+    expect(stamp.clampedParts).toBe(kept.length + 1);
+  });
+
+  it('keeps clamped messages up to the budget to the byte, counting each in the stamp', () => {
+    // Given model calls of long messages whose callId grows a character at a time
+    const limit = 16 * 1024;
+    const messages = Array.from({ length: 300 }, (_, i) => ({
+      role: 'user',
+      content: `${i}`.padEnd(100, '.'),
+    }));
+    const results = Array.from({ length: 90 }, (_, pad) =>
+      gateEvent(
+        eventOf('model.call', { callId: 'c'.repeat(1 + pad), model: 'm', messages }),
+        limit,
+      ),
+    );
+
+    // Then each keeps the newest messages at the floor, and one fills the budget exactly
+    for (const result of results) {
+      const kept = dataOf(result).messages as Message[];
+      expect(kept.length).toBeGreaterThan(50);
+      expect(stampOf(result).clampedParts).toBe(kept.length);
+    }
+    expect(results.map((result) => result.byteLength)).toContain(limit - STAMP_RESERVE_BYTES);
+  });
+
+  it('clamps the strings of an event of a type it has no rules for, rather than failing', () => {
+    const note = 'x'.repeat(100_000);
+    const event = eventOf('custom.note', { noteId: 'n-1', note });
+
+    const result = gateEvent(event, 4096);
+
+    expect(result.byteLength).toBeLessThanOrEqual(4096 - STAMP_RESERVE_BYTES);
+    expect(dataOf(result).noteId).toBe('n-1');
+    expect(clampedPrefix(note, dataOf(result).note as string)).toBeGreaterThan(MIN_CLAMP_CHARS);
+  });
+
+  it('keeps a tool input whole when reducing the metadata is enough', () => {
+    const input = { query: 'refund', page: 3 };
+    const event = eventOf(
+      'tool.started',
+      { toolCallId: 'tc-1', toolName: 'search', input },
+      { samples: Array.from({ length: 20_000 }, (_, i) => i) },
+    );
+
+    const result = gateEvent(event, 16 * 1024);
+
+    expectRecordable(result, 16 * 1024);
+    expect(result.event.metadata).toEqual({});
+    expect(dataOf(result).input).toBe(input);
+  });
+
+  it('previews a tool output beside an error text clamped to the floor', () => {
+    // Given an output of numbers and an error text, both far over the smallest limit
+    const errorText = 'e'.repeat(50_000);
+    const event = eventOf('tool.finished', {
+      toolCallId: 'tc-1',
+      toolName: 'load',
+      output: { rows: Array.from({ length: 10_000 }, (_, i) => i) },
+      failed: true,
+      errorText,
+    });
+
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    // Then the error text is at the floor and the output a preview in the room left
+    expectRecordable(result, MIN_LIMIT_BYTES);
+    const data = dataOf(result);
+    expect(data.toolName).toBe('load');
+    expect(clampedPrefix(errorText, data.errorText as string)).toBe(MIN_CLAMP_CHARS);
+    expect((data.output as string).startsWith('{"rows":[0,1,2,')).toBe(true);
+  });
+
+  it('leaves a string that clamping would not shorten as it is, while clamping the others', () => {
+    // Given an input of 8 long strings that fit only near the floor, and one of 87 characters
+    // (clamped to 64 it would take as many bytes)
+    const input: Data = { short: 's'.repeat(MIN_CLAMP_CHARS + 23) };
+    for (let i = 0; i < 8; i += 1) input[`long${i}`] = `${i}`.padEnd(1000, '.');
+    const event = eventOf('tool.started', { toolCallId: 'tc-1', toolName: 'load', input });
+
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    expectRecordable(result, MIN_LIMIT_BYTES);
+    const reduced = dataOf(result).input as Data;
+    expect(reduced.short).toBe(input.short);
+    for (let i = 0; i < 8; i += 1) {
+      const prefix = clampedPrefix(input[`long${i}`] as string, reduced[`long${i}`] as string);
+      expect(prefix).toBeGreaterThanOrEqual(MIN_CLAMP_CHARS);
+    }
+  });
+
+  it('keeps every message at the floor when only the floor fits them all', () => {
+    // Given 20 long messages that all fit clamped to 64 characters, and not to 97
+    const messages = Array.from({ length: 20 }, (_, i) => ({
+      role: 'user',
+      content: `${i}`.padEnd(10_000, '.'),
+    }));
+    const event = eventOf('model.call', { callId: 'c', model: 'm', messages });
+
+    // When it is gated to a limit with some bytes to spare at the floor
+    const result = gateEvent(event, 3600);
+
+    // Then every message is kept, each cut at the floor: the spare bytes stay unspent
+    expectRecordable(result, 3600);
+    expect(result.byteLength).toBeLessThan(3600 - STAMP_RESERVE_BYTES - 200);
+    const kept = dataOf(result).messages as Message[];
+    expect(stampOf(result).omittedMessageCount).toBe(0);
+    kept.forEach((message, i) => {
+      expect(clampedPrefix(messages[i].content, message.content as string)).toBe(MIN_CLAMP_CHARS);
+    });
+  });
+
+  it('sizes the messages from the event exactly, beside clamped metadata, tools and a client stamp', () => {
+    // Given model calls whose one long message is clamped by the first pass, its length
+    // growing a character at a time across the length where that pass fills the budget
+    const budget = 16 * 1024 - STAMP_RESERVE_BYTES;
+    const forged = {
+      originalByteLength: 1,
+      limitBytes: 1,
+      omittedMessageCount: 0,
+      clampedParts: 0,
+    };
+    const results = Array.from({ length: 41 }, (_, i) => {
+      const data = {
+        callId: 'c',
+        model: 'm',
+        messages: [{ role: 'user', content: 'x'.repeat(26_690 + i) }],
+        tools: [{ name: 'search' }],
+        truncation: forged,
+      };
+      return gateEvent(eventOf('model.call', data, { notes: 'n'.repeat(50_000) }), 16 * 1024);
+    });
+
+    // Then each keeps its message at half its length or more, and its tools; one fills the
+    // budget to the byte, which only a size exact to the byte can reach
+    results.forEach((result, i) => {
+      const [kept] = dataOf(result).messages as Message[];
+      expect(clampedPrefix('x'.repeat(26_690 + i), kept.content as string)).toBeGreaterThan(13_000);
+      expect(dataOf(result).tools).toEqual([{ name: 'search' }]);
+    });
+    expect(results.map((result) => result.byteLength)).toContain(budget);
+  });
+
+  it('keeps a text that clamping would not shorten when reducing the metadata is enough', () => {
+    // Given a text of 70 characters (cut to 64 it would grow) beside metadata far over its share
+    const text = 't'.repeat(70);
+    const event = eventOf(
+      'message.added',
+      { messageId: 'msg-1', role: 'user', text },
+      { samples: Array.from({ length: 20_000 }, (_, i) => i) },
+    );
+
+    const result = gateEvent(event, 16 * 1024);
+
+    // Then only the metadata is reduced
+    expectRecordable(result, 16 * 1024);
+    expect(dataOf(result).text).toBe(text);
+    expect(stampOf(result).clampedParts).toBe(1);
   });
 });
