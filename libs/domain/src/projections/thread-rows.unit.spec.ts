@@ -1,0 +1,161 @@
+/**
+ * The thread fold over its rows port (thread-rows.ts): memoryRows keeps lookup tables in step
+ * with the state event by event; here a second storage answers every question by scanning the
+ * state, with no table at all. Folding the same events one by one into either must give the
+ * same thread, so the tables never answer anything a scan of the view would not.
+ */
+import fc from 'fast-check';
+import { propertyRuns } from '../testing/property-runs';
+import { isToolPart } from './message-text';
+import { fold, TENANT, THREAD, ThreadLog } from './testing/thread-events';
+import { threadSequences } from './testing/thread-sequences';
+import { applyToRows, emptyThread } from './thread-fold';
+import {
+  countRuns,
+  isOpenToolPart,
+  isTerminal,
+  memoryRows,
+  toolKey,
+  type ThreadRows,
+  type ToolLocation,
+} from './thread-rows';
+import type { ThreadState, ToolPart } from './thread-state';
+
+/** Every tool part of the thread, first one per run and call, as the scan finds them. */
+function toolLocations(state: ThreadState): ToolLocation[] {
+  const seen = new Set<string>();
+  const locations: ToolLocation[] = [];
+  state.messages.forEach((message, m) => {
+    const runId = message.metadata?.runId ?? '';
+    message.parts.forEach((part, p) => {
+      if (!isToolPart(part) || seen.has(toolKey(runId, part.toolCallId))) return;
+      seen.add(toolKey(runId, part.toolCallId));
+      locations.push({ message: m, part: p, runId, toolCallId: part.toolCallId });
+    });
+  });
+  return locations;
+}
+
+/** Rows that scan the state for every answer: the definition the tables must agree with. */
+function scanningRows(state: ThreadState): ThreadRows {
+  const partOf = (location: { message: number; part: number }) =>
+    state.messages[location.message].parts[location.part];
+  const tool = (runId: string, toolCallId: string) =>
+    toolLocations(state).find((t) => t.runId === runId && t.toolCallId === toolCallId);
+  return {
+    header: state,
+    counts: countRuns(state.runs),
+    run: (runId) => state.runs.find((run) => run.runId === runId),
+    addRun: (run) => {
+      state.runs.push(run);
+      return run;
+    },
+    messageAt: (id) => {
+      const at = state.messages.findIndex((message) => message.id === id);
+      return at === -1 ? undefined : at;
+    },
+    lastMessage: () => {
+      const last = state.messages.at(-1);
+      if (last === undefined) return undefined;
+      return {
+        message: state.messages.length - 1,
+        role: last.role,
+        runId: last.metadata?.runId,
+        partCount: last.parts.length,
+      };
+    },
+    addMessage: (message) => state.messages.push(message) - 1,
+    part: partOf,
+    textPartOf: (m) => state.messages[m].parts.findIndex((part) => part.type === 'text'),
+    addPart: (m, part) => state.messages[m].parts.push(part) - 1,
+    setPart: (location, part) => {
+      state.messages[location.message].parts[location.part] = part;
+    },
+    tool,
+    openTools: (runId) =>
+      toolLocations(state).filter((t) => t.runId === runId && isOpenToolPart(partOf(t))),
+    approvalTool: (approvalId) => {
+      const pending = state.pendingApprovals.find((p) => p.approvalId === approvalId);
+      if (pending !== undefined) return tool(pending.runId, pending.toolCallId);
+      return toolLocations(state).find((t) => (partOf(t) as ToolPart).approval?.id === approvalId);
+    },
+    linkApproval: () => undefined,
+  };
+}
+
+describe('thread rows', () => {
+  it('folding events one by one into rows that scan equals the fold over memoryRows', () => {
+    fc.assert(
+      fc.property(threadSequences, (events) => {
+        const scanned = emptyThread(TENANT, THREAD);
+        for (const event of events) applyToRows(scanningRows(scanned), event);
+        expect(JSON.stringify(scanned)).toBe(JSON.stringify(fold(events)));
+      }),
+      { numRuns: propertyRuns(150) },
+    );
+  });
+
+  it('answers, after any sequence, what a scan of the state answers', () => {
+    fc.assert(
+      fc.property(threadSequences, (events) => {
+        const state = fold(events);
+        const rows = memoryRows(state);
+        const scan = scanningRows(state);
+        expect(rows.counts).toEqual(scan.counts);
+        expect(rows.lastMessage()).toEqual(scan.lastMessage());
+        for (const [i, message] of state.messages.entries()) {
+          expect(rows.messageAt(message.id)).toBe(i);
+        }
+        for (const run of state.runs) {
+          expect(rows.run(run.runId)).toBe(run);
+          const byKey = (a: ToolLocation, b: ToolLocation) =>
+            toolKey(a.runId, a.toolCallId).localeCompare(toolKey(b.runId, b.toolCallId));
+          expect([...rows.openTools(run.runId)].sort(byKey)).toEqual(
+            [...scan.openTools(run.runId)].sort(byKey),
+          );
+        }
+        for (const location of toolLocations(state)) {
+          expect(rows.tool(location.runId, location.toolCallId)).toEqual(location);
+        }
+        for (const approval of state.pendingApprovals) {
+          expect(rows.approvalTool(approval.approvalId)).toEqual(
+            scan.approvalTool(approval.approvalId),
+          );
+        }
+      }),
+      { numRuns: propertyRuns(100) },
+    );
+  });
+
+  it('answers nothing for what the thread does not hold', () => {
+    const log = new ThreadLog();
+    const rows = memoryRows(fold([log.runStarted('r1'), log.toolStarted('r1', 'c1')]));
+    expect(rows.run('r2')).toBeUndefined();
+    expect(rows.messageAt('m-none')).toBeUndefined();
+    expect(rows.tool('r2', 'c1')).toBeUndefined();
+    expect(rows.openTools('r2')).toEqual([]);
+    expect(rows.approvalTool('ap-none')).toBeUndefined();
+    expect(memoryRows(emptyThread(TENANT, THREAD)).lastMessage()).toBeUndefined();
+  });
+
+  it('tells a call apart by its run, whatever the ids contain', () => {
+    expect(toolKey('a:b', 'c')).not.toBe(toolKey('a', 'b:c'));
+    expect(toolKey('r1', 'c1')).toBe(toolKey('r1', 'c1'));
+  });
+
+  it('takes an output, an error and a denial as terminal, and nothing before them', () => {
+    expect(
+      (
+        [
+          'input-available',
+          'approval-requested',
+          'approval-responded',
+          'output-available',
+          'output-error',
+          'output-denied',
+        ] as const
+      ).map(isTerminal),
+    ).toEqual([false, false, false, true, true, true]);
+    expect(isOpenToolPart({ type: 'text', text: 'tool-x' })).toBe(false);
+  });
+});
