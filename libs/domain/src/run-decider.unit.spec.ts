@@ -325,7 +325,7 @@ describe('deciders', () => {
       const outcome = given(started)
         .when((s) => decideStop({ runId: 'r1' }, s))
         .then([{ type: 'run.finished', data: { status: 'cancelled' } }]);
-      expect(outcome.events[0].data).toEqual({ status: 'cancelled' });
+      expect(outcome.events[0].data).toStrictEqual({ status: 'cancelled' });
     });
 
     it('refuses a finished run, naming its status', () => {
