@@ -127,6 +127,39 @@ describe('thread rows', () => {
     );
   });
 
+  describe('when the owner changes the state outside the fold', () => {
+    /** Two threads of one run, of one message each, that a stale table would confuse. */
+    const threads = () => {
+      const log = new ThreadLog();
+      const a = fold([log.runStarted('r1'), log.message('r1', 'm-a', 'user', 'a')]);
+      const b = fold([log.runStarted('r2'), log.message('r2', 'm-b', 'user', 'b')]);
+      return { a, b, log };
+    };
+    const changes: [string, (a: ThreadState, b: ThreadState) => void][] = [
+      ['replaces its messages', (a, b) => (a.messages = b.messages)],
+      ['appends a message', (a, b) => a.messages.push(b.messages[0])],
+      ['replaces its runs', (a, b) => (a.runs = b.runs)],
+      ['appends a run', (a, b) => a.runs.push(b.runs[0])],
+    ];
+
+    it.each(changes)('folds on as from a fresh copy when it %s', (_what, change) => {
+      const { a, b, log } = threads();
+      memoryRows(a);
+      change(a, b);
+      const fresh = JSON.parse(JSON.stringify(a)) as ThreadState;
+      const next = [
+        log.message('r2', 'm-b', 'user', 'b again'),
+        log.message('r1', 'm-a', 'user', 'a again'),
+        log.runFinished('r2', 'completed'),
+      ];
+      for (const event of next) {
+        applyToRows(memoryRows(a), event);
+        applyToRows(memoryRows(fresh), event);
+      }
+      expect(JSON.stringify(a)).toBe(JSON.stringify(fresh));
+    });
+  });
+
   it('answers nothing for what the thread does not hold', () => {
     const log = new ThreadLog();
     const rows = memoryRows(fold([log.runStarted('r1'), log.toolStarted('r1', 'c1')]));
