@@ -160,6 +160,21 @@ describe('thread rows', () => {
     });
   });
 
+  it('reads a message with no metadata as one of the run with the empty id', () => {
+    const state = emptyThread(TENANT, THREAD);
+    const part: ToolPart = { type: 'tool-lookup', toolCallId: 'c1', state: 'input-available' };
+    state.messages.push({ id: 'm1', role: 'assistant', parts: [part] });
+    const rows = memoryRows(state);
+    expect(rows.tool('', 'c1')).toEqual({ message: 0, part: 0, runId: '', toolCallId: 'c1' });
+    expect(rows.openTools('')).toEqual([rows.tool('', 'c1')]);
+    expect(rows.lastMessage()).toEqual({
+      message: 0,
+      role: 'assistant',
+      runId: undefined,
+      partCount: 1,
+    });
+  });
+
   it('answers nothing for what the thread does not hold', () => {
     const log = new ThreadLog();
     const rows = memoryRows(fold([log.runStarted('r1'), log.toolStarted('r1', 'c1')]));
