@@ -2,7 +2,7 @@
  * Keys JSON carries but a class-based validator reads specially (`constructor`, `toString`),
  * ids that only contain a UUID, and the types only the server writes.
  */
-import { validateEvent, type Problem } from './event-catalogue';
+import { MAX_SCHEMA_FIELDS, validateEvent, type Problem } from './event-catalogue';
 import { SERVER_ONLY_TYPES } from './event-types';
 import { exampleEvent } from './testing/event-fixtures';
 
@@ -37,6 +37,17 @@ describe('validateEvent: keys named after Object.prototype members', () => {
         message: 'data.truncation.toString is not allowed',
       }),
     ]);
+  });
+});
+
+describe('validateEvent: data with up to MAX_SCHEMA_FIELDS keys', () => {
+  it('names its unknown keys beside every broken rule of its declared fields', () => {
+    const example = exampleEvent('turn.started');
+    const data: Record<string, unknown> = { ...example.data, turnId: 5 };
+    for (let i = 0; Object.keys(data).length < MAX_SCHEMA_FIELDS; i += 1) data[`extra${i}`] = i;
+    const problems = problemsOf({ ...example, data });
+    expect(problems.map((p) => p.field)).toContain('data.turnId');
+    expect(problems.map((p) => p.field)).toContain('data.extra0');
   });
 });
 
