@@ -19,7 +19,7 @@ import {
   type ThreadRows,
   type ToolLocation,
 } from './thread-rows';
-import type { ThreadState, ToolPart } from './thread-state';
+import type { ProjectedEvent, ThreadState, ToolPart } from './thread-state';
 
 /** Every tool part of the thread, first one per run and call, as the scan finds them. */
 function toolLocations(state: ThreadState): ToolLocation[] {
@@ -95,10 +95,16 @@ describe('thread rows', () => {
     );
   });
 
-  it('answers, after any sequence, what a scan of the state answers', () => {
+  it.each([
+    ['kept in step event by event', (events: ProjectedEvent[]) => fold(events)],
+    [
+      'rebuilt from a state read back from JSON',
+      (events: ProjectedEvent[]) => JSON.parse(JSON.stringify(fold(events))) as ThreadState,
+    ],
+  ])('answers, after any sequence, what a scan of the state answers: tables %s', (_how, folded) => {
     fc.assert(
       fc.property(threadSequences, (events) => {
-        const state = fold(events);
+        const state = folded(events);
         const rows = memoryRows(state);
         const scan = scanningRows(state);
         expect(rows.counts).toEqual(scan.counts);
