@@ -1,6 +1,7 @@
 /**
  * HTTP appends of one event per request from 50 connections (autocannon), the real
- * runledger api (its projector and SSE follower in the same process) against a bare
+ * runledger api (as it runs by default: the projector and the SQLite log's durable commits each
+ * in a worker thread of the same process, the SSE follower on its loop) against a bare
  * Fastify server: each request a 900-character message with a client-supplied event id,
  * each connection on its own run and thread, 30 s per server. Target: ≥ 0.25× the bare
  * server's requests/s, p99 reported, SQLite durable (synchronous=FULL).
@@ -266,7 +267,7 @@ async function run(): Promise<Section> {
     method: [
       `autocannon ${packageVersion('autocannon')} in the bench process drives ${CONNECTIONS} connections, no pipelining. Both servers run at once, each alone in a child process; each gets a ${WARMUP_S} s warm-up, then they take turns for ${ROUNDS} rounds of ${ROUND_S} s each (${ROUNDS * ROUND_S} s measured per server), so that load from elsewhere on the host lands on both alike. Every request is \`POST /v1/runs/{runId}/events\` with \`${BODY_EXAMPLE}\`, a new client event id and message id each time; each connection keeps to one of ${RUN_IDS.length} runs, each in a thread of its own, started with a run.started event before the warm-up.`,
       `Baseline: a bare Fastify ${packageVersion('fastify')} server, one route at the same path that parses the same JSON body (same parser options as runledger's adapter) and answers 201 \`{}\`.`,
-      'Measured: the real service, `createApp(loadConfig(…), keys)` listening on 127.0.0.1, SQLite in a temp directory with synchronous=FULL (an acknowledged append has been fsynced), its projector folding every append into the thread read models in the same process. After the run, the bench checks that the file holds every acknowledged event, in all the runs.',
+      "Measured: the real service, `createApp(loadConfig(…), keys)` listening on 127.0.0.1, SQLite in a temp directory with synchronous=FULL (an acknowledged append has been fsynced), as it runs by default (BACKGROUND_THREADS=on): its projector folding every append into the thread read models in a worker thread of the same process, and the log's group commits (with their fsync) written by a second worker thread. The CPU time per request counts every thread of the process. After the run, the bench checks that the file holds every acknowledged event, in all the runs.",
       "Requests/s counts 2xx answers over the measured rounds. Latency percentiles are over every response of the measured rounds, from autocannon's per-response time (the value its latency histogram records, which it rounds to whole milliseconds). Server CPU is the child's user+system time over the measured rounds, per successful request and in cores.",
       'The machine has 2 cores and autocannon runs on them too, as do the processes of anyone else using the host: with the bare server autocannon itself is usually the bottleneck, so the baseline is a floor on what Fastify alone can do and the ratio is conservative for runledger. Server CPU per request is the steadiest number from run to run. `BENCH_CPU_PROF=1 npm run bench -- http` writes V8 CPU profiles of both servers to bench/results/profiles/.',
     ],

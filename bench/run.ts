@@ -7,6 +7,7 @@
  */
 import os from 'node:os';
 import { httpBench } from './http.bench';
+import { memoryBench } from './memory.bench';
 import { DOC_FILE, loadSections, saveSection, textTable, writeDocument } from './lib/report';
 import type { Bench } from './lib/section';
 import { mirrorBench } from './mirror.bench';
@@ -21,6 +22,7 @@ const BENCHES: readonly Bench[] = [
   httpBench,
   sizeGateBench,
   projectionsBench,
+  memoryBench,
   soakBench,
   sseBench,
   mirrorBench,

@@ -1,7 +1,7 @@
 /**
  * Long threads (issue: "long threads cost what short ones cost"): one thread grown to
  * 10,000 tool calls with 8 KB outputs through the real api, one append per request, the
- * projector following in the same process. Per 1,000-call window: append latency p50/p99,
+ * projector following in a worker thread of the same process. Per 1,000-call window: append latency p50/p99,
  * the server's worst event-loop delay (perf_hooks, measured in the server process) and its
  * RSS. Targets: the last window's p50 and p99 ≤ 1.25× the first's; worst event-loop delay
  * ≤ 50 ms.
@@ -199,7 +199,7 @@ async function run(): Promise<Section> {
     machine: describeMachine(),
     revision: codeRevision(),
     method: [
-      `The real service (bench/servers/runledger.server.ts: \`createApp\`, SQLite with synchronous=FULL, the projector in the same process) in a child process. One run in one thread; for each call the bench appends \`tool.started\` and then \`tool.finished\` with an 8 KB output, one event per request, sequentially from Node's fetch; every ${READ_EVERY}th call it reads the thread's newest page with \`?minPosition=\` of its last append, so the projection is kept honest. A window is ${count(WINDOW)} calls (${count(2 * WINDOW)} appends). At each window's end the server reports its worst event-loop delay since the last window (perf_hooks.monitorEventLoopDelay, 10 ms resolution, in the server process) and its RSS. On a shared host that delay includes time the OS gave to other processes, so the server also reports the longest the loop was held by its own work: each late tick of a 10 ms timer counted at most as the CPU time the server used meanwhile.`,
+      `The real service (bench/servers/runledger.server.ts: \`createApp\`, SQLite with synchronous=FULL; the projector and the log's commits each in a worker thread of the same process, as by default) in a child process. One run in one thread; for each call the bench appends \`tool.started\` and then \`tool.finished\` with an 8 KB output, one event per request, sequentially from Node's fetch; every ${READ_EVERY}th call it reads the thread's newest page with \`?minPosition=\` of its last append, so the projection is kept honest. A window is ${count(WINDOW)} calls (${count(2 * WINDOW)} appends). At each window's end the server reports its worst event-loop delay since the last window (perf_hooks.monitorEventLoopDelay, 10 ms resolution, in the server process) and its RSS. On a shared host that delay includes time the OS gave to other processes, so the server also reports the longest the loop was held by its own work: each late tick of a 10 ms timer counted at most as the time its event loop was busy meanwhile (event-loop utilization, which leaves out the worker threads).`,
       `Page: once grown, \`GET /v1/threads/{id}\` (header and the newest 50 messages) against bare Fastify answering the very same bytes from a child process of its own (bench/servers/static-thread.server.ts); ${PAGE_WARMUP} warm-up requests each, then ${PAGE_ROUNDS} alternating rounds of ${PAGE_PER_ROUND} sequential requests; requests/s is 1 / median latency.`,
     ],
     table: {
@@ -260,7 +260,7 @@ async function run(): Promise<Section> {
       },
       {
         subject:
-          'longest the server held its event loop with its own work (CPU-charged, see method)',
+          'longest the server held its event loop with its own work (busy-time-charged, see method)',
         target: `≤ ${TARGET_DELAY_MS} ms`,
         measured: ms(worstHeld),
         met: worstHeld <= TARGET_DELAY_MS,

@@ -13,7 +13,7 @@ import { RESULTS_DIR } from './report';
 export type ToServer = { type: 'cpu' } | { type: 'health' } | { type: 'stop' };
 export type FromServer =
   | { type: 'listening'; port: number }
-  | { type: 'cpu'; usage: NodeJS.CpuUsage }
+  | { type: 'cpu'; usage: NodeJS.CpuUsage; loopActiveMs: number }
   | { type: 'health'; health: ServerHealth };
 
 /** The child's event-loop delay since the last ask (perf_hooks, 10 ms resolution) and memory. */
@@ -22,8 +22,9 @@ export interface ServerHealth {
   eventLoopDelayP99Ms: number;
   /**
    * The longest the loop was held by the child's own work: each late tick of a 10 ms timer
-   * counted at most as the CPU time the child used meanwhile, so time the OS gave to other
-   * processes on a shared host is left out.
+   * counted at most as the time the loop was busy meanwhile (its event-loop utilization), so
+   * time the OS gave to other processes on a shared host, and the child's worker threads,
+   * are left out.
    */
   heldMaxMs: number;
   rssBytes: number;
@@ -32,8 +33,10 @@ export interface ServerHealth {
 
 export interface ChildServer {
   port: number;
-  /** The child's cumulative CPU time (user and system, µs). */
+  /** The child's cumulative CPU time (user and system, µs; every thread). */
   cpuUsage(): Promise<NodeJS.CpuUsage>;
+  /** How long the child's main event loop has been busy (not waiting for I/O), ms. */
+  loopActiveMs(): Promise<number>;
   /** The child's event-loop delay since the last call, and its memory now. */
   health(): Promise<ServerHealth>;
   stop(): Promise<void>;
@@ -69,7 +72,8 @@ export function startChildServer(
       }
       resolve({
         port: message.port,
-        cpuUsage: () => askCpu(child),
+        cpuUsage: () => askCpu(child).then((answer) => answer.usage),
+        loopActiveMs: () => askCpu(child).then((answer) => answer.loopActiveMs),
         health: () => askHealth(child),
         stop: () => stopChild(child),
       });
@@ -77,12 +81,12 @@ export function startChildServer(
   });
 }
 
-function askCpu(child: ChildProcess): Promise<NodeJS.CpuUsage> {
+function askCpu(child: ChildProcess): Promise<{ usage: NodeJS.CpuUsage; loopActiveMs: number }> {
   return new Promise((resolve) => {
     const onMessage = (message: FromServer) => {
       if (message.type !== 'cpu') return;
       child.off('message', onMessage);
-      resolve(message.usage);
+      resolve(message);
     };
     child.on('message', onMessage);
     child.send({ type: 'cpu' } satisfies ToServer);
@@ -124,16 +128,21 @@ export function serveParent(port: number, close: () => Promise<void>): void {
   delay.enable();
   let heldMaxMs = 0;
   let lastTick = performance.now();
-  let lastCpu = process.cpuUsage();
+  let lastLoop = performance.eventLoopUtilization();
   setInterval(() => {
     const now = performance.now();
-    const cpu = process.cpuUsage(lastCpu);
-    heldMaxMs = Math.max(heldMaxMs, Math.min(now - lastTick - 10, (cpu.user + cpu.system) / 1000));
+    const loop = performance.eventLoopUtilization(lastLoop);
+    heldMaxMs = Math.max(heldMaxMs, Math.min(now - lastTick - 10, loop.active));
     lastTick = now;
-    lastCpu = process.cpuUsage();
+    lastLoop = performance.eventLoopUtilization();
   }, 10).unref();
   process.on('message', (message: ToServer) => {
-    if (message.type === 'cpu') send({ type: 'cpu', usage: process.cpuUsage() });
+    if (message.type === 'cpu')
+      send({
+        type: 'cpu',
+        usage: process.cpuUsage(),
+        loopActiveMs: performance.eventLoopUtilization().active,
+      });
     else if (message.type === 'health') {
       const memory = process.memoryUsage();
       send({

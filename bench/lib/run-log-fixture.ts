@@ -3,7 +3,7 @@
  * the file (so the schema is exactly its own), then one prepared INSERT in large
  * transactions fills it, far faster than appending through the store's API.
  *
- * The log looks like what the service records: `run-<id>` streams, each opened by
+ * The log looks like what the service records: `run-<tenant>-<id>` streams, each opened by
  * run.started and closed by run.finished, made of turns (turn.started, the user's message
  * or transcript, a small model.call, tool.started/tool.finished pairs — some failed —,
  * sometimes an approval.requested/approval.resolved before a tool, a second model.call,
@@ -21,6 +21,7 @@ import Database from 'better-sqlite3';
 import { randomBytes } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
+import { eventIdScope, runStream } from '@runledger/domain';
 import { SqliteEventStore } from '@runledger/event-store';
 
 export interface RunLogSpec {
@@ -295,8 +296,8 @@ export async function writeRunLog(spec: RunLogSpec): Promise<RunLog> {
   // A fixture, rebuilt on every bench run: no need to survive a power cut while writing it.
   db.pragma('synchronous = OFF');
   db.pragma('cache_size = -262144');
-  const insert = db.prepare<[string, number, string, string, string, string, string]>(
-    'INSERT INTO events (stream, revision, id, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
+  const insert = db.prepare<[string, number, string, string, string, string, string, string]>(
+    'INSERT INTO events (stream, revision, id_scope, id, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
   );
 
   const rng = prng(spec.seed);
@@ -365,7 +366,8 @@ export async function writeRunLog(spec: RunLogSpec): Promise<RunLog> {
       });
       const time = new Date(BASE_TIME_MS + position * EVENT_SPACING_MS).toISOString();
       const id = uuidV7Like(BASE_TIME_MS + position * EVENT_SPACING_MS, position, hex);
-      insert.run(`run-${script.runId}`, revision, id, event.type, data, metadata, time);
+      const stream = runStream(spec.tenantId, script.runId);
+      insert.run(stream, revision, eventIdScope(stream), id, event.type, data, metadata, time);
       dataBytes += data.length;
       metadataBytes += metadata.length;
       eventsByType[event.type] = (eventsByType[event.type] ?? 0) + 1;

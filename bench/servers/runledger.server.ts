@@ -21,6 +21,10 @@ async function main(): Promise<void> {
     // One key drives the load: the per-user rate limits would refuse almost all of it.
     RATE_LIMIT_CALLS: '100000',
     RATE_LIMIT_COSTLY: '100000',
+    // The service's default unless a comparison run sets it (BACKGROUND_THREADS=off).
+    ...(process.env.BACKGROUND_THREADS
+      ? { BACKGROUND_THREADS: process.env.BACKGROUND_THREADS }
+      : {}),
   });
   const app = await createApp(config, config.apiKeys ?? []);
   await app.listen(0, '127.0.0.1');

@@ -6,11 +6,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  CheckpointedProcessor,
-  PositionNotReachedError,
-  type BatchHandler,
-} from './checkpointed-processor';
+import { CheckpointedProcessor, type BatchHandler } from './checkpointed-processor';
+import { PositionNotReachedError } from './position-gate';
 import type { RecordedEvent, SubscribeOptions, Subscription } from './event-store.port';
 import { SqliteEventStore } from './sqlite.event-store';
 

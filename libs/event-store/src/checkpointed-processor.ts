@@ -8,6 +8,7 @@
  * in flight. Batches are handled one at a time, in position order.
  */
 import type { EventStoreReader, RecordedEvent, Subscription } from './event-store.port';
+import { PositionGate } from './position-gate';
 
 export interface BatchHandler {
   /** The position the handler has durably passed (0: nothing yet); read at `start()`. */
@@ -57,18 +58,7 @@ export interface ProcessorOptions {
 /** Events taken from the subscription between two turns of the event loop. */
 const YIELD_EVERY = 500;
 
-export class PositionNotReachedError extends Error {
-  constructor(
-    readonly position: number,
-    readonly minPosition: number,
-  ) {
-    super(`the processor is at position ${position}, not yet at ${minPosition}`);
-    this.name = 'PositionNotReachedError';
-  }
-}
-
 export class CheckpointedProcessor {
-  private position = 0;
   /** The last event taken from the subscription (handled or waiting in a batch). */
   private taken = 0;
   private stopped = true;
@@ -86,7 +76,7 @@ export class CheckpointedProcessor {
   private idleScheduled = false;
   private yielding = false;
   private failure: unknown = null;
-  private readonly waiters = new Set<{ min: number; resolve: () => void }>();
+  private readonly gate: PositionGate;
   private readonly batchSize: number;
   private readonly maxBatchMs: number;
   private readonly batchesAhead: number;
@@ -100,12 +90,12 @@ export class CheckpointedProcessor {
     this.batchSize = options.batchSize ?? 1000;
     this.maxBatchMs = options.maxBatchMs ?? 100;
     this.batchesAhead = options.batchesAhead ?? 0;
-    this.position = handler.checkpoint();
+    this.gate = new PositionGate(log, options.streamPrefix, handler.checkpoint());
   }
 
   /** Position of the last event handled. */
   current(): number {
-    return this.position;
+    return this.gate.current();
   }
 
   start(): void {
@@ -114,8 +104,8 @@ export class CheckpointedProcessor {
     this.stopped = false;
     this.stopping = new AbortController();
     this.restarting = false;
-    this.position = this.handler.checkpoint();
-    this.taken = this.position;
+    this.gate.moveTo(this.handler.checkpoint());
+    this.taken = this.gate.current();
     this.running = this.run();
   }
 
@@ -180,50 +170,14 @@ export class CheckpointedProcessor {
   resubscribe(): boolean {
     if (this.stopped || this.subscription === null || this.busy()) return false;
     this.restarting = true;
-    this.taken = this.position;
+    this.taken = this.gate.current();
     void this.subscription.close().catch(() => undefined);
     return true;
   }
 
-  /**
-   * Resolves once the processor has passed `minPosition`; rejects after `timeoutMs`. With a
-   * stream prefix, a position of another stream counts as passed once the last event of
-   * the followed streams before it is handled.
-   */
-  async waitFor(minPosition: number, timeoutMs: number): Promise<void> {
-    if (this.position >= minPosition) return;
-    const deadline = Date.now() + timeoutMs;
-    const target = await this.positionToPass(minPosition);
-    if (this.position >= target) return;
-    await new Promise<void>((resolve, reject) => {
-      const waiter = {
-        min: target,
-        resolve: () => {
-          clearTimeout(timer);
-          resolve();
-        },
-      };
-      const timer = setTimeout(
-        () => {
-          this.waiters.delete(waiter);
-          reject(new PositionNotReachedError(this.position, minPosition));
-        },
-        Math.max(0, deadline - Date.now()),
-      );
-      this.waiters.add(waiter);
-    });
-  }
-
-  /**
-   * The event the processor must handle to have passed `minPosition`: the last followed one
-   * at or before it, or `minPosition` itself while the log has not reached it. The log head
-   * is read first: every event up to it is already written.
-   */
-  private async positionToPass(minPosition: number): Promise<number> {
-    const head = await this.log.headPosition();
-    if (minPosition > head || this.options.streamPrefix === undefined) return minPosition;
-    const followedHead = await this.log.headPosition({ streamPrefix: this.options.streamPrefix });
-    return Math.min(minPosition, followedHead);
+  /** Resolves once the processor has passed `minPosition`; rejects after `timeoutMs`. */
+  waitFor(minPosition: number, timeoutMs: number): Promise<void> {
+    return this.gate.waitFor(minPosition, timeoutMs);
   }
 
   /** Follows until the subscription ends (null) or fails (its error). */
@@ -312,20 +266,15 @@ export class CheckpointedProcessor {
       return;
     }
     const last = batch[batch.length - 1];
-    this.position = last.position;
-    this.observer.committed(batch.length, this.position, last.recordedAt);
-    for (const waiter of this.waiters) {
-      if (this.position >= waiter.min) {
-        this.waiters.delete(waiter);
-        waiter.resolve();
-      }
-    }
+    // Waiters resume on a later microtask, after the observer has seen the commit.
+    this.gate.moveTo(last.position);
+    this.observer.committed(batch.length, last.position, last.recordedAt);
   }
 
   private fail(error: unknown): void {
     if (this.failure !== null) return;
     this.failure = error;
     this.batch = [];
-    this.observer.failed(error, this.position);
+    this.observer.failed(error, this.gate.current());
   }
 }

@@ -5,3 +5,5 @@ export * from './sqlite.event-store';
 export * from './esdb.event-store';
 export * from './checkpoints';
 export * from './checkpointed-processor';
+export * from './position-gate';
+export * from './worker-entry';

@@ -2,13 +2,15 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { StoreUnavailableError, type EventStore } from './event-store.port';
 import { EsdbEventStore } from './esdb.event-store';
-import { SqliteEventStore, type SqliteSynchronous } from './sqlite.event-store';
+import { SqliteEventStore, type SqliteSynchronous, type SqliteWriter } from './sqlite.event-store';
 
 export interface StoreSettings {
   /** When set, the log lives in EventStoreDB/KurrentDB; otherwise in DATA_DIR's SQLite file. */
   eventStoreUrl?: string;
   dataDir: string;
   sqliteSynchronous: SqliteSynchronous;
+  /** Where a SQLite log's appends are written (default: on the caller's thread). */
+  sqliteWriter?: SqliteWriter;
 }
 
 export const SQLITE_FILE = 'runledger.db';
@@ -20,6 +22,7 @@ export function openEventStore(settings: StoreSettings): EventStore {
   return new SqliteEventStore({
     file: join(settings.dataDir, SQLITE_FILE),
     synchronous: settings.sqliteSynchronous,
+    writer: settings.sqliteWriter,
   });
 }
 

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ChainVerifier, receiptStream, runStream, sealBatch } from '@runledger/domain';
 import { describeEventStoreContract } from './event-store.contract';
-import { EventIdConflictError } from './event-store.port';
+import { EventIdConflictError, StoreUnavailableError } from './event-store.port';
 import { SqliteEventStore } from './sqlite.event-store';
 
 const dir = mkdtempSync(join(tmpdir(), 'runledger-sqlite-'));
@@ -14,6 +14,80 @@ describeEventStoreContract(
   'SQLite',
   async () => new SqliteEventStore({ file: join(dir, 'events.db') }),
 );
+
+describeEventStoreContract(
+  'SQLite with a writer thread',
+  async () => new SqliteEventStore({ file: join(dir, 'events-threaded.db'), writer: 'thread' }),
+  { timeoutMs: 60_000 },
+);
+
+describe('SQLite with a writer thread', () => {
+  const event = (n: number) => ({
+    id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
+    type: 'message.added',
+    data: { n },
+    metadata: {},
+  });
+
+  it('answers every append of a burst with its own outcome, in order, and close waits for all of them', async () => {
+    const file = join(dir, 'burst.db');
+    const store = new SqliteEventStore({ file, writer: 'thread', maxGroupSize: 7 });
+    const stream = runStream('acme', 'burst');
+    const appends = Array.from({ length: 50 }, (_, n) =>
+      store.append(stream, [event(n)], { expectedRevision: n === 0 ? 'no_stream' : 'any' }),
+    );
+    // Refused inside a group that also writes: only this append fails.
+    const refused = store.append(stream, [event(1000)], { expectedRevision: 'no_stream' });
+    const late = store.append(stream, [event(50)]);
+    const closing = store.close();
+    const results = await Promise.all(appends);
+    expect(results.map((result) => result.firstRevision)).toEqual(
+      Array.from({ length: 50 }, (_, n) => n),
+    );
+    await expect(refused).rejects.toMatchObject({
+      name: 'WrongExpectedRevisionError',
+      actual: expect.any(Number),
+    });
+    await expect(late).resolves.toMatchObject({ firstRevision: 50 });
+    await closing;
+    const reopened = new SqliteEventStore({ file });
+    try {
+      expect((await reopened.readStream(stream)).map((e) => e.data)).toEqual(
+        Array.from({ length: 51 }, (_, n) => ({ n })),
+      );
+    } finally {
+      await reopened.close();
+    }
+  }, 60_000);
+
+  it('answers a retried batch with its originals and a changed one with a conflict, as inline', async () => {
+    const store = new SqliteEventStore({ file: join(dir, 'idempotent.db'), writer: 'thread' });
+    try {
+      const stream = runStream('acme', 'retry');
+      const first = await store.append(stream, [event(1), event(2)]);
+      const again = await store.append(stream, [event(1), event(2)]);
+      expect(again).toEqual({ ...first, idempotent: true });
+      await expect(
+        store.append(stream, [{ ...event(1), data: { n: 'changed' } }]),
+      ).rejects.toBeInstanceOf(EventIdConflictError);
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
+
+  it('refuses appends and fails ping once its writer is gone, instead of leaving them waiting', async () => {
+    const store = new SqliteEventStore({ file: join(dir, 'gone.db'), writer: 'thread' });
+    const stream = runStream('acme', 'gone');
+    await store.append(stream, [event(1)]);
+    const { worker } = (
+      store as unknown as { writer: { worker: { terminate(): Promise<number> } } }
+    ).writer;
+    await worker.terminate();
+    await expect(store.append(stream, [event(2)])).rejects.toBeInstanceOf(StoreUnavailableError);
+    await expect(store.ping()).rejects.toThrow(/writer thread exited/);
+    await store.close();
+  }, 60_000);
+});
 
 describe('SQLite event ids', () => {
   it('are unique per tenant: a tenant cannot record one id in two of its runs', async () => {

@@ -1,22 +1,23 @@
 /**
  * The embedded EventStore: one SQLite file (WAL, fsync on commit by default). Concurrent
- * appends are coalesced into one transaction per event-loop turn (group commit), so many
- * writers share one fsync while each append keeps its own expected-revision check and
- * its own outcome.
+ * appends are coalesced into one transaction (group commit), so many writers share one
+ * fsync while each append keeps its own expected-revision check and its own outcome.
+ *
+ * The groups are written on this thread (`writer: 'inline'`), or by a writer thread of
+ * their own (`'thread'`): then the commit's fsync never holds this event loop, and the
+ * appends that arrive while one group is written make up the next. Reads always use this
+ * thread's connection (WAL: readers never wait for the writer).
  */
 import Database, { type Database as Db, type Statement } from 'better-sqlite3';
 import { EventEmitter } from 'node:events';
-import { canonicalJson, eventIdScope } from '@runledger/domain';
+import { Worker } from 'node:worker_threads';
+import { eventIdScope } from '@runledger/domain';
 import {
-  EventIdConflictError,
-  expectationHolds,
   StoreUnavailableError,
-  WrongExpectedRevisionError,
   type AppendOptions,
   type AppendResult,
   type EventStore,
   type EventToAppend,
-  type ExpectedRevision,
   type HeadPositionOptions,
   type ReadAllOptions,
   type ReadStreamOptions,
@@ -24,9 +25,20 @@ import {
   type SubscribeOptions,
   type Subscription,
 } from './event-store.port';
+import {
+  refusalError,
+  SqliteAppender,
+  type AppendOutcome,
+  type AppendRequest,
+  type SerializedEvent,
+} from './sqlite.appender';
 import { EVENTS_SCHEMA, migrateSqliteLog } from './sqlite.migrations';
+import type { FromWriter, ToWriter, WriterData } from './sqlite.writer';
+import { workerEntry } from './worker-entry';
 
 export type SqliteSynchronous = 'FULL' | 'NORMAL';
+
+export type SqliteWriter = 'inline' | 'thread';
 
 export interface SqliteEventStoreOptions {
   file: string;
@@ -36,6 +48,8 @@ export interface SqliteEventStoreOptions {
   pollIntervalMs?: number;
   /** Most appends coalesced into one transaction. */
   maxGroupSize?: number;
+  /** Where groups are written: on this thread (default) or in a writer thread. */
+  writer?: SqliteWriter;
 }
 
 interface EventRow {
@@ -50,11 +64,18 @@ interface EventRow {
 }
 
 interface PendingAppend {
-  stream: string;
-  events: EventToAppend[];
-  expected: ExpectedRevision;
+  request: AppendRequest;
   resolve: (result: AppendResult) => void;
   reject: (error: unknown) => void;
+}
+
+/** The writer thread and the group it is writing. */
+interface WriterThread {
+  worker: Worker;
+  inFlight: PendingAppend[] | null;
+  /** Why it can write no more (it exited, or failed to start); appends are then refused. */
+  failure: StoreUnavailableError | null;
+  exited: Promise<void>;
 }
 
 const READ_BATCH = 500;
@@ -67,10 +88,12 @@ export class SqliteEventStore implements EventStore {
   private pending: PendingAppend[] = [];
   private flushScheduled = false;
   private closed = false;
+  private readonly appender: SqliteAppender | null;
+  private readonly writer: WriterThread | null;
+  /** Called when the writer thread has nothing in flight and nothing pending. */
+  private drained: (() => void) | null = null;
   private readonly statements: {
-    head: Statement<[string], { revision: number }>;
     byId: Statement<[string, string], EventRow>;
-    insert: Statement<[string, number, string, string, string, string, string, string]>;
     stream: Statement<[string, number, number], EventRow>;
     streamBackwards: Statement<[string, number, number], EventRow>;
     all: Statement<[number, number], EventRow>;
@@ -81,7 +104,6 @@ export class SqliteEventStore implements EventStore {
     headPosition: Statement<[], { position: number | null }>;
     headPositionPrefixed: Statement<[number, string], { position: number }>;
   };
-  private readonly runGroup: (group: PendingAppend[]) => Array<AppendResult | { error: unknown }>;
 
   constructor(options: SqliteEventStoreOptions) {
     this.pollIntervalMs = options.pollIntervalMs ?? 250;
@@ -97,13 +119,7 @@ export class SqliteEventStore implements EventStore {
     this.committed.setMaxListeners(0);
     const columns = 'position, stream, revision, id, type, data, metadata, recorded_at';
     this.statements = {
-      head: this.db.prepare(
-        'SELECT revision FROM events WHERE stream = ? ORDER BY revision DESC LIMIT 1',
-      ),
       byId: this.db.prepare(`SELECT ${columns} FROM events WHERE id_scope = ? AND id = ?`),
-      insert: this.db.prepare(
-        'INSERT INTO events (stream, revision, id_scope, id, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-      ),
       stream: this.db.prepare(
         `SELECT ${columns} FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?`,
       ),
@@ -133,14 +149,16 @@ export class SqliteEventStore implements EventStore {
         'SELECT position FROM events WHERE substr(stream, 1, ?) = ? ORDER BY position DESC LIMIT 1',
       ),
     };
-    // Every refusal is decided before an append's first insert, so a refused append has
-    // written nothing and needs no savepoint of its own (a savepoint per append made SQLite
-    // journal every page twice). Any other error rolls the whole group back.
-    const group = this.db.transaction((requests: PendingAppend[]) =>
-      requests.map((request) => this.appendNow(request)),
-    );
-    // IMMEDIATE takes the write lock up front, so another process cannot force a retry mid-group.
-    this.runGroup = (requests) => group.immediate(requests);
+    if (options.writer === 'thread') {
+      this.appender = null;
+      this.writer = this.startWriter({
+        file: options.file,
+        synchronous: options.synchronous ?? 'FULL',
+      });
+    } else {
+      this.appender = new SqliteAppender(this.db);
+      this.writer = null;
+    }
   }
 
   append(
@@ -150,16 +168,23 @@ export class SqliteEventStore implements EventStore {
   ): Promise<AppendResult> {
     if (this.closed)
       return Promise.reject(new StoreUnavailableError('the SQLite event store is closed'));
+    if (this.writer?.failure) return Promise.reject(this.writer.failure);
     if (events.length === 0)
       return Promise.reject(new RangeError('an append needs at least one event'));
+    let serialized: SerializedEvent[];
+    try {
+      serialized = events.map(serialize);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const request = {
+      stream,
+      scope: eventIdScope(stream),
+      events: serialized,
+      expected: options.expectedRevision ?? 'any',
+    };
     return new Promise<AppendResult>((resolve, reject) => {
-      this.pending.push({
-        stream,
-        events,
-        expected: options.expectedRevision ?? 'any',
-        resolve,
-        reject,
-      });
+      this.pending.push({ request, resolve, reject });
       if (!this.flushScheduled) {
         this.flushScheduled = true;
         setImmediate(() => this.flush());
@@ -169,110 +194,75 @@ export class SqliteEventStore implements EventStore {
 
   private flush(): void {
     this.flushScheduled = false;
+    if (this.writer) {
+      this.sendGroup(this.writer);
+      return;
+    }
     while (this.pending.length > 0) {
       const group = this.pending.splice(0, this.maxGroupSize);
-      let outcomes: Array<AppendResult | { error: unknown }>;
+      let outcomes: AppendOutcome[];
       try {
-        outcomes = this.runGroup(group);
+        outcomes = this.appender!.appendGroup(group.map((append) => append.request));
       } catch (error) {
-        // The commit itself failed (disk full, lock timeout): nothing of the group is recorded.
-        const failure = new StoreUnavailableError(`SQLite commit failed: ${String(error)}`, {
-          cause: error,
-        });
-        for (const request of group) request.reject(failure);
+        commitFailed(group, error);
         continue;
       }
-      group.forEach((request, i) => {
-        const outcome = outcomes[i];
-        if ('error' in outcome) request.reject(outcome.error);
-        else request.resolve(outcome);
-      });
+      settle(group, outcomes);
     }
     this.committed.emit('commit');
   }
 
-  /**
-   * Runs inside the group's transaction. A refusal is answered as `{ error }` before anything
-   * is written; an error thrown from here fails the whole group.
-   */
-  private appendNow({
-    stream,
-    events,
-    expected,
-  }: PendingAppend): AppendResult | { error: unknown } {
-    let rows: { data: string; metadata: string }[];
-    let head: number | undefined;
-    try {
-      const recorded = this.findRecorded(stream, events);
-      if (recorded) return recorded;
-      head = this.statements.head.get(stream)?.revision;
-      if (!expectationHolds(expected, head)) {
-        throw new WrongExpectedRevisionError(stream, expected, head ?? 'no_stream');
-      }
-      rows = events.map((event) => ({
-        data: toJson(event, 'data'),
-        metadata: toJson(event, 'metadata'),
-      }));
-    } catch (error) {
-      return { error };
-    }
-    const recordedAt = new Date().toISOString();
-    const first = head === undefined ? 0 : head + 1;
-    const scope = eventIdScope(stream);
-    const written = events.map((event, i) => {
-      const revision = first + i;
-      const info = this.statements.insert.run(
-        stream,
-        revision,
-        scope,
-        event.id,
-        event.type,
-        rows[i].data,
-        rows[i].metadata,
-        recordedAt,
-      );
-      return { id: event.id, revision, position: Number(info.lastInsertRowid) };
+  private startWriter(data: WriterData): WriterThread {
+    const entry = workerEntry(__dirname, 'sqlite.writer', __filename);
+    const worker = new Worker(entry.filename, { eval: entry.eval, workerData: data });
+    const writer: WriterThread = {
+      worker,
+      inFlight: null,
+      failure: null,
+      exited: Promise.resolve(),
+    };
+    worker.on('message', (message: FromWriter) => {
+      const group = writer.inFlight ?? [];
+      writer.inFlight = null;
+      if (message.type === 'commit-failed') commitFailed(group, message.message);
+      else settle(group, message.outcomes);
+      this.committed.emit('commit');
+      this.sendGroup(writer);
     });
-    return summarize(written, false);
+    worker.on('error', (error) => this.writerStopped(writer, String(error)));
+    writer.exited = new Promise((resolve) => {
+      worker.once('exit', (code) => {
+        this.writerStopped(writer, `the SQLite writer thread exited (code ${code})`);
+        resolve();
+      });
+    });
+    return writer;
   }
 
-  /**
-   * Idempotency: a batch whose ids are all recorded in this stream with the same content
-   * answers the originals. Any other overlap with recorded ids is a conflict.
-   */
-  private findRecorded(stream: string, events: EventToAppend[]): AppendResult | null {
-    const seen = new Set<string>();
-    const scope = eventIdScope(stream);
-    const rows = events.map((event) => {
-      if (seen.has(event.id))
-        throw new EventIdConflictError(stream, event.id, 'appears twice in the batch');
-      seen.add(event.id);
-      return this.statements.byId.get(scope, event.id);
-    });
-    if (rows.every((row) => row === undefined)) return null;
-    const knownIndex = rows.findIndex((row) => row !== undefined);
-    rows.forEach((row, i) => {
-      const event = events[i];
-      if (row === undefined) {
-        throw new EventIdConflictError(
-          stream,
-          events[knownIndex].id,
-          'is recorded, but the rest of this batch is not',
-        );
-      }
-      if (row.stream !== stream)
-        throw new EventIdConflictError(stream, event.id, 'is recorded in another stream');
-      if (
-        row.type !== event.type ||
-        canonicalJson(JSON.parse(row.data)) !== canonicalJson(event.data)
-      ) {
-        throw new EventIdConflictError(stream, event.id, 'was recorded with different content');
-      }
-    });
-    return summarize(
-      rows.map((row) => ({ id: row!.id, revision: row!.revision, position: row!.position })),
-      true,
-    );
+  /** Writes the next group unless one is being written; its outcomes send the one after. */
+  private sendGroup(writer: WriterThread): void {
+    if (writer.inFlight !== null) return;
+    if (this.pending.length === 0) {
+      this.drained?.();
+      return;
+    }
+    const group = this.pending.splice(0, this.maxGroupSize);
+    writer.inFlight = group;
+    writer.worker.postMessage({
+      type: 'group',
+      requests: group.map((append) => append.request),
+    } satisfies ToWriter);
+  }
+
+  /** The writer can write no more: whatever waits on it fails, and so does every later append. */
+  private writerStopped(writer: WriterThread, reason: string): void {
+    if (writer.failure === null) {
+      writer.failure = new StoreUnavailableError(`SQLite writer stopped: ${reason}`);
+    }
+    const waiting = [...(writer.inFlight ?? []), ...this.pending.splice(0)];
+    writer.inFlight = null;
+    for (const append of waiting) append.reject(writer.failure);
+    this.drained?.();
   }
 
   async readStream(stream: string, options: ReadStreamOptions = {}): Promise<RecordedEvent[]> {
@@ -381,18 +371,59 @@ export class SqliteEventStore implements EventStore {
     };
   }
 
+  /** Calls `listener` after each commit of appends made through this store; returns the unsubscribe. */
+  onCommitted(listener: () => void): () => void {
+    this.committed.on('commit', listener);
+    return () => this.committed.off('commit', listener);
+  }
+
+  /**
+   * Another connection to the same file (a worker thread's) committed: this store's
+   * subscriptions read now instead of at their next poll.
+   */
+  committedElsewhere(): void {
+    this.committed.emit('commit');
+  }
+
   async ping(): Promise<void> {
     if (this.closed) throw new StoreUnavailableError('the SQLite event store is closed');
+    if (this.writer?.failure) throw this.writer.failure;
     this.db.prepare('SELECT 1').get();
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.pending.length > 0) this.flush();
+    if (this.writer) {
+      await this.drain(this.writer);
+      this.writer.worker.postMessage({ type: 'close' } satisfies ToWriter);
+      await this.writer.exited;
+    } else if (this.pending.length > 0) {
+      this.flush();
+    }
     this.committed.emit('close');
     this.db.close();
   }
+
+  /** Resolves once every append made so far has its outcome. */
+  private async drain(writer: WriterThread): Promise<void> {
+    while (writer.failure === null && (writer.inFlight !== null || this.pending.length > 0)) {
+      await new Promise<void>((resolve) => {
+        this.drained = resolve;
+        this.sendGroup(writer);
+      });
+      this.drained = null;
+    }
+  }
+}
+
+function serialize(event: EventToAppend): SerializedEvent {
+  return {
+    id: event.id,
+    type: event.type,
+    data: toJson(event, 'data'),
+    metadata: toJson(event, 'metadata'),
+  };
 }
 
 function toJson(event: EventToAppend, field: 'data' | 'metadata'): string {
@@ -402,15 +433,20 @@ function toJson(event: EventToAppend, field: 'data' | 'metadata'): string {
   return text;
 }
 
-function summarize(written: AppendResult['events'], idempotent: boolean): AppendResult {
-  const last = written[written.length - 1];
-  return {
-    firstRevision: written[0].revision,
-    lastRevision: last.revision,
-    position: last.position,
-    events: written,
-    idempotent,
-  };
+function settle(group: readonly PendingAppend[], outcomes: readonly AppendOutcome[]): void {
+  group.forEach((append, i) => {
+    const outcome = outcomes[i];
+    if ('written' in outcome) append.resolve(outcome.written);
+    else append.reject(refusalError(outcome.refused));
+  });
+}
+
+/** The commit itself failed (disk full, lock timeout): nothing of the group is recorded. */
+function commitFailed(group: readonly PendingAppend[], error: unknown): void {
+  const failure = new StoreUnavailableError(`SQLite commit failed: ${String(error)}`, {
+    cause: error,
+  });
+  for (const append of group) append.reject(failure);
 }
 
 function toRecorded(row: EventRow): RecordedEvent {

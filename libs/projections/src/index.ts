@@ -1,2 +1,3 @@
 export * from './projector';
 export * from './read-model.store';
+export * from './projector-thread';

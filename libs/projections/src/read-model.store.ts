@@ -8,7 +8,10 @@
  *   position, message count), which the thread list also reads;
  * - `thread_messages`: one row per message (id, role, metadata, how many parts);
  * - `thread_parts`: one row per part; a tool part is found by (run, toolCallId), so its
- *   start, approval and finish update that one row in whatever order they come;
+ *   start, approval and finish update that one row in whatever order they come. A part
+ *   holds a tool's whole output (kilobytes), so this table keeps its rowid: in a WITHOUT
+ *   ROWID table rows that large, rewritten as a call finishes, made the file twice the
+ *   log's size and the rebuild a third slower;
  * - `thread_approvals`: which tool part an approval was requested for.
  * Messages are numbered in thread order (`seq`), which is what pages and cursors use.
  */
@@ -35,7 +38,7 @@ import {
 } from '@runledger/domain';
 
 /** Bumped when the tables change shape: an older file is dropped and rebuilt from the log. */
-const SCHEMA_VERSION = 4;
+const SCHEMA_VERSION = 5;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (
@@ -82,7 +85,7 @@ const SCHEMA = `
     bytes        INTEGER NOT NULL,
     body         TEXT    NOT NULL,
     PRIMARY KEY (tenant_id, thread_id, seq, part)
-  ) WITHOUT ROWID;
+  );
   CREATE UNIQUE INDEX IF NOT EXISTS thread_parts_by_call
     ON thread_parts (tenant_id, thread_id, tool_call_id, run_id) WHERE tool_call_id IS NOT NULL;
   CREATE INDEX IF NOT EXISTS thread_parts_open

@@ -45,7 +45,9 @@ export class AppModule {
     return {
       module: AppModule,
       imports: [
-        EventStoreModule.forRootAsync({ useFactory: () => openConfiguredStore(config) }),
+        EventStoreModule.forRootAsync({
+          useFactory: () => openConfiguredStore(config, 'appender'),
+        }),
         ObservabilityModule,
         ...mirrorImports(config), // the Kafka mirror, when KAFKA_BROKERS is set
       ],

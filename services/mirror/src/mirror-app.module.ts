@@ -32,7 +32,7 @@ export class MirrorAppModule {
     return {
       module: MirrorAppModule,
       imports: [
-        EventStoreModule.forRootAsync({ useFactory: () => openConfiguredStore(config) }),
+        EventStoreModule.forRootAsync({ useFactory: () => openConfiguredStore(config, 'reader') }),
         ObservabilityModule,
         MirrorModule.forRoot(settings),
       ],

@@ -64,6 +64,9 @@ export class EnvironmentSchema {
   @IsIn(['FULL', 'NORMAL'], { message: 'SQLITE_SYNCHRONOUS must be FULL or NORMAL' })
   SQLITE_SYNCHRONOUS: 'FULL' | 'NORMAL' = 'FULL';
 
+  @IsIn(['on', 'off'], { message: 'BACKGROUND_THREADS must be on or off' })
+  BACKGROUND_THREADS: 'on' | 'off' = 'on';
+
   @Transform(toInt)
   @IsInt({ message: 'BODY_MAX_BYTES must be an integer of at least 1024' })
   @Min(1024, { message: 'BODY_MAX_BYTES must be an integer of at least 1024' })
@@ -281,6 +284,7 @@ const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'EVENTSTORE_URL',
   'STORE_STARTUP_TIMEOUT_MS',
   'SQLITE_SYNCHRONOUS',
+  'BACKGROUND_THREADS',
   'BODY_MAX_BYTES',
   'EVENT_MAX_BYTES',
   'READ_WAIT_MS',
@@ -351,6 +355,12 @@ export interface AppConfig {
   /** How long start-up waits for an unreachable store (KurrentDB still starting) before exiting. */
   storeStartupTimeoutMs: number;
   sqliteSynchronous: 'FULL' | 'NORMAL';
+  /**
+   * `on` (the service's default): the projector and the SQLite log's writes (with their
+   * fsync) run in worker threads of their own, off the HTTP event loop; `off`: on it, the
+   * projector time-sliced (tests that start many apps, where a thread's start-up dominates).
+   */
+  backgroundThreads: 'on' | 'off';
   bodyMaxBytes: number;
   /** An event's canonical JSON above this is reduced to fit (default: EventStoreDB's append ceiling). */
   eventMaxBytes: number;
@@ -580,6 +590,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     eventStoreUrl: parsed.EVENTSTORE_URL,
     storeStartupTimeoutMs: parsed.STORE_STARTUP_TIMEOUT_MS,
     sqliteSynchronous: parsed.SQLITE_SYNCHRONOUS,
+    backgroundThreads: parsed.BACKGROUND_THREADS,
     bodyMaxBytes: parsed.BODY_MAX_BYTES,
     eventMaxBytes: parsed.EVENT_MAX_BYTES,
     readWaitMs: parsed.READ_WAIT_MS,

@@ -31,7 +31,10 @@ export function jsonLogger(program: string, config: AppConfig): ConsoleLogger {
  * The configured store, once it answers: a service started beside KurrentDB waits up to
  * STORE_STARTUP_TIMEOUT_MS for it, saying so at each retry, instead of exiting.
  */
-export function openConfiguredStore(config: AppConfig): Promise<EventStore> {
+export function openConfiguredStore(
+  config: AppConfig,
+  role: 'appender' | 'reader',
+): Promise<EventStore> {
   const logger = new Logger('EventStore');
   const wait: StoreWait = {
     timeoutMs: config.storeStartupTimeoutMs,
@@ -40,5 +43,6 @@ export function openConfiguredStore(config: AppConfig): Promise<EventStore> {
         `the event store is not answering (attempt ${attempt}): ${error.message}; retrying in ${delayMs} ms`,
       ),
   };
-  return openEventStoreWhenReady(config, wait);
+  const writer = role === 'appender' && config.backgroundThreads === 'on' ? 'thread' : 'inline';
+  return openEventStoreWhenReady({ ...config, sqliteWriter: writer }, wait);
 }

@@ -59,6 +59,9 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
     RATE_LIMIT_COSTLY: '100000',
     RATE_LIMIT_SERVICE_CALLS: '100000',
     RATE_LIMIT_SERVICE_COSTLY: '100000',
+    // A worker thread takes seconds to start under ts-node, for every app of every suite;
+    // thread-pages.int.spec.ts and the e2e tier run the service's default, with threads.
+    BACKGROUND_THREADS: 'off',
     ...env,
   });
   const app = await createApp(config, config.apiKeys ?? []);

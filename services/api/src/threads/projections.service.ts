@@ -19,7 +19,9 @@ import { Metrics } from '@runledger/observability';
 import {
   ProjectionBehindError,
   Projector,
+  ProjectorThread,
   ReadModelStore,
+  type ProjectionRunner,
   type ProjectorObserver,
 } from '@runledger/projections';
 import { APP_CONFIG, type AppConfig } from '../config/config';
@@ -75,7 +77,7 @@ export class ProjectionsService
   implements OnApplicationBootstrap, OnApplicationShutdown, ProjectorObserver
 {
   readonly readModels: ReadModelStore;
-  private readonly projector: Projector;
+  private readonly projector: ProjectionRunner;
   private readonly logger = new Logger('projector');
   private rebuild: RebuildProgress | null = null;
   private failure: unknown = null;
@@ -88,8 +90,25 @@ export class ProjectionsService
     private readonly metrics: Metrics,
   ) {
     mkdirSync(config.dataDir, { recursive: true });
-    this.readModels = new ReadModelStore(join(config.dataDir, READ_MODELS_FILE));
-    this.projector = new Projector(log, this.readModels, this);
+    const readModelsFile = join(config.dataDir, READ_MODELS_FILE);
+    this.readModels = new ReadModelStore(readModelsFile);
+    this.projector =
+      config.backgroundThreads === 'on'
+        ? new ProjectorThread(
+            log,
+            {
+              store: {
+                eventStoreUrl: config.eventStoreUrl,
+                dataDir: config.dataDir,
+                sqliteSynchronous: config.sqliteSynchronous,
+              },
+              readModelsFile,
+              options: {},
+            },
+            this.readModels.checkpoint(),
+            this,
+          )
+        : new Projector(log, this.readModels, this);
   }
 
   async onApplicationBootstrap(): Promise<void> {

@@ -9,8 +9,13 @@ import { startTestApp, type TestApp } from '../testing/test-app';
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({ READ_WAIT_MS: '10000' });
-});
+  // The service's own setting (other suites keep to the HTTP loop, to start faster): the
+  // projector and the log's writer in worker threads, read back through the app's connections.
+  t = await startTestApp({ READ_WAIT_MS: '10000', BACKGROUND_THREADS: 'on' });
+  // Under ts-node each thread compiles its modules before its first piece of work.
+  const { threadId, position } = await startThread();
+  await page(threadId, `minPosition=${position}`);
+}, 60_000);
 afterAll(async () => {
   await t.close();
 });

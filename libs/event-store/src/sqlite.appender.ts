@@ -1,0 +1,175 @@
+/**
+ * The SQLite log's write side: one group of appends, one IMMEDIATE transaction, each append
+ * with its own expected-revision and idempotency checks and its own outcome. The same code
+ * runs on the service's event loop or in the writer thread (sqlite.writer.ts); its inputs
+ * and outcomes are plain data, so they cross a thread unchanged. It imports nothing of the
+ * domain, so the writer thread loads only SQLite.
+ */
+import type { Database as Db, Statement } from 'better-sqlite3';
+import canonicalize from 'canonicalize';
+import {
+  EventIdConflictError,
+  expectationHolds,
+  WrongExpectedRevisionError,
+  type AppendResult,
+  type ExpectedRevision,
+} from './event-store.port';
+
+/** An event as the log stores it: data and metadata already JSON. */
+export interface SerializedEvent {
+  id: string;
+  type: string;
+  data: string;
+  metadata: string;
+}
+
+export interface AppendRequest {
+  stream: string;
+  /** The stream's tenant, inside which event ids are unique (`eventIdScope`). */
+  scope: string;
+  events: SerializedEvent[];
+  expected: ExpectedRevision;
+}
+
+/** Why an append was refused; nothing of it was written. */
+export type Refusal =
+  | {
+      kind: 'wrong_expected_revision';
+      stream: string;
+      expected: ExpectedRevision;
+      actual: number | 'no_stream';
+    }
+  | { kind: 'event_id_conflict'; stream: string; eventId: string; detail: string };
+
+export type AppendOutcome = { written: AppendResult } | { refused: Refusal };
+
+export function refusalError(refusal: Refusal): Error {
+  return refusal.kind === 'wrong_expected_revision'
+    ? new WrongExpectedRevisionError(refusal.stream, refusal.expected, refusal.actual)
+    : new EventIdConflictError(refusal.stream, refusal.eventId, refusal.detail);
+}
+
+interface RecordedRow {
+  position: number;
+  stream: string;
+  revision: number;
+  id: string;
+  type: string;
+  data: string;
+}
+
+export class SqliteAppender {
+  private readonly head: Statement<[string], { revision: number }>;
+  private readonly byId: Statement<[string, string], RecordedRow>;
+  private readonly insert: Statement<
+    [string, number, string, string, string, string, string, string]
+  >;
+  private readonly group: (requests: readonly AppendRequest[]) => AppendOutcome[];
+
+  constructor(db: Db) {
+    this.head = db.prepare(
+      'SELECT revision FROM events WHERE stream = ? ORDER BY revision DESC LIMIT 1',
+    );
+    this.byId = db.prepare(
+      'SELECT position, stream, revision, id, type, data FROM events WHERE id_scope = ? AND id = ?',
+    );
+    this.insert = db.prepare(
+      'INSERT INTO events (stream, revision, id_scope, id, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+    );
+    // Every refusal is decided before an append's first insert, so a refused append has
+    // written nothing and needs no savepoint of its own (a savepoint per append made SQLite
+    // journal every page twice). Any other error rolls the whole group back.
+    const group = db.transaction((requests: readonly AppendRequest[]) =>
+      requests.map((request) => this.appendOne(request)),
+    );
+    // IMMEDIATE takes the write lock up front, so another process cannot force a retry mid-group.
+    this.group = (requests) => group.immediate(requests);
+  }
+
+  /** One transaction for the whole group; throws (nothing recorded) when the commit fails. */
+  appendGroup(requests: readonly AppendRequest[]): AppendOutcome[] {
+    return this.group(requests);
+  }
+
+  private appendOne({ stream, scope, events, expected }: AppendRequest): AppendOutcome {
+    const recorded = this.findRecorded(stream, scope, events);
+    if (recorded) return recorded;
+    const head = this.head.get(stream)?.revision;
+    if (!expectationHolds(expected, head)) {
+      return {
+        refused: {
+          kind: 'wrong_expected_revision',
+          stream,
+          expected,
+          actual: head ?? 'no_stream',
+        },
+      };
+    }
+    const recordedAt = new Date().toISOString();
+    const first = head === undefined ? 0 : head + 1;
+    const written = events.map((event, i) => {
+      const revision = first + i;
+      const info = this.insert.run(
+        stream,
+        revision,
+        scope,
+        event.id,
+        event.type,
+        event.data,
+        event.metadata,
+        recordedAt,
+      );
+      return { id: event.id, revision, position: Number(info.lastInsertRowid) };
+    });
+    return { written: summarize(written, false) };
+  }
+
+  /**
+   * Idempotency: a batch whose ids are all recorded in this stream with the same content
+   * answers the originals. Any other overlap with recorded ids is a conflict.
+   */
+  private findRecorded(
+    stream: string,
+    scope: string,
+    events: readonly SerializedEvent[],
+  ): AppendOutcome | null {
+    const conflict = (eventId: string, detail: string): AppendOutcome => ({
+      refused: { kind: 'event_id_conflict', stream, eventId, detail },
+    });
+    const seen = new Set<string>();
+    const rows: (RecordedRow | undefined)[] = [];
+    for (const event of events) {
+      if (seen.has(event.id)) return conflict(event.id, 'appears twice in the batch');
+      seen.add(event.id);
+      rows.push(this.byId.get(scope, event.id));
+    }
+    const knownIndex = rows.findIndex((row) => row !== undefined);
+    if (knownIndex < 0) return null;
+    const originals: AppendResult['events'] = [];
+    for (const [i, row] of rows.entries()) {
+      const event = events[i];
+      if (row === undefined)
+        return conflict(events[knownIndex].id, 'is recorded, but the rest of this batch is not');
+      if (row.stream !== stream) return conflict(event.id, 'is recorded in another stream');
+      if (
+        row.type !== event.type ||
+        canonicalize(JSON.parse(row.data)) !== canonicalize(JSON.parse(event.data))
+      ) {
+        return conflict(event.id, 'was recorded with different content');
+      }
+      originals.push({ id: row.id, revision: row.revision, position: row.position });
+    }
+    return { written: summarize(originals, true) };
+  }
+}
+
+function summarize(written: AppendResult['events'], idempotent: boolean): AppendResult {
+  const last = written[written.length - 1];
+  return {
+    firstRevision: written[0].revision,
+    lastRevision: last.revision,
+    position: last.position,
+    events: written,
+    idempotent,
+  };
+}

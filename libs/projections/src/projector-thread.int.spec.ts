@@ -1,0 +1,183 @@
+/**
+ * The projector in a worker thread, over real SQLite files: appends made on this thread are
+ * folded by the worker and read back through this thread's own connection; a position is
+ * waited for; a stop ends the worker and a start resumes from the checkpoint; a worker that
+ * cannot run is reported once, never silently lost.
+ */
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runStream, sealBatch } from '@runledger/domain';
+import { SqliteEventStore, type ProcessorObserver } from '@runledger/event-store';
+import { ProjectionBehindError } from './projector';
+import { ProjectorThread } from './projector-thread';
+import { ReadModelStore } from './read-model.store';
+
+const root = mkdtempSync(join(tmpdir(), 'runledger-projector-thread-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const tenantId = 'acme';
+const runId = 'r1';
+const threadId = 'thread-1';
+
+class Log {
+  private revision = -1;
+  private hash = '';
+  constructor(readonly store: SqliteEventStore) {}
+
+  async append(events: { type: string; data: object }[]): Promise<number> {
+    const sealed = sealBatch(
+      this.revision < 0 ? null : { revision: this.revision, hash: this.hash },
+      { tenantId, runId, threadId },
+      events.map((event, i) => ({
+        id: `00000000-0000-7000-8000-${String(this.revision + 1 + i).padStart(12, '0')}`,
+        metadata: {},
+        ...event,
+      })),
+    );
+    const result = await this.store.append(runStream(tenantId, runId), sealed);
+    this.revision = result.lastRevision;
+    this.hash = sealed[sealed.length - 1].metadata.hash as string;
+    return result.position;
+  }
+}
+
+const started = { type: 'run.started', data: { threadId, agent: 'a', source: 'api' } };
+const say = (n: number) => ({
+  type: 'message.added',
+  data: { messageId: `m${n}`, role: 'user', text: `message ${n}` },
+});
+
+function recorder() {
+  const seen = { committed: [] as number[], failures: [] as unknown[] };
+  const observer: ProcessorObserver = {
+    committed: (_events, position) => seen.committed.push(position),
+    failed: (error) => seen.failures.push(error),
+  };
+  return { seen, observer };
+}
+
+function setUp(name: string) {
+  const dataDir = join(root, name);
+  mkdirSync(dataDir);
+  const store = new SqliteEventStore({
+    file: join(dataDir, 'runledger.db'),
+    synchronous: 'NORMAL',
+  });
+  const readModelsFile = join(dataDir, 'read-models.db');
+  const readModels = new ReadModelStore(readModelsFile);
+  const data = {
+    store: { dataDir, sqliteSynchronous: 'NORMAL' as const },
+    readModelsFile,
+    options: {},
+  };
+  return { log: new Log(store), store, readModels, data };
+}
+
+describe('ProjectorThread', () => {
+  it('folds appends made on this thread in its worker; this thread reads them once waitFor resolves', async () => {
+    const { log, store, readModels, data } = setUp('live');
+    const { seen, observer } = recorder();
+    const projector = new ProjectorThread(store, data, readModels.checkpoint(), observer);
+    projector.start();
+    try {
+      await log.append([started]);
+      for (let n = 0; n < 5; n += 1) {
+        const position = await log.append([say(n)]);
+        await projector.waitFor(position, 10_000);
+        expect(projector.current()).toBeGreaterThanOrEqual(position);
+        const head = readModels.head(tenantId, threadId);
+        expect(head?.messageCount).toBe(n + 1);
+      }
+      const page = readModels.messagePage(tenantId, threadId, 10);
+      expect(JSON.parse(page.json)).toEqual(
+        [0, 1, 2, 3, 4].map((n) => expect.objectContaining({ id: `m${n}`, role: 'user' })),
+      );
+      expect(seen.committed.at(-1)).toBe(projector.current());
+      expect(seen.failures).toEqual([]);
+    } finally {
+      await projector.stop();
+      await store.close();
+      readModels.close();
+    }
+  }, 60_000);
+
+  it('answers ProjectionBehindError for a position the log has not reached, after the timeout', async () => {
+    const { log, store, readModels, data } = setUp('behind');
+    const { seen, observer } = recorder();
+    const projector = new ProjectorThread(store, data, readModels.checkpoint(), observer);
+    projector.start();
+    try {
+      const head = await log.append([started]);
+      await projector.waitFor(head, 10_000);
+      await expect(projector.waitFor(head + 10, 200)).rejects.toEqual(
+        new ProjectionBehindError(head, head + 10),
+      );
+      expect(seen.failures).toEqual([]);
+    } finally {
+      await projector.stop();
+      await store.close();
+      readModels.close();
+    }
+  }, 60_000);
+
+  it('stops its worker, and a new one resumes from the checkpoint without folding anything twice', async () => {
+    const { log, store, readModels, data } = setUp('restart');
+    const first = recorder();
+    const projector = new ProjectorThread(store, data, readModels.checkpoint(), first.observer);
+    projector.start();
+    await log.append([started, say(0)]);
+    await projector.waitFor(await log.append([say(1)]), 10_000);
+    await projector.stop();
+
+    // Appended while no worker runs: nothing folds it.
+    const later = await log.append([say(2), say(3)]);
+    expect(readModels.head(tenantId, threadId)?.messageCount).toBe(2);
+
+    const second = recorder();
+    const resumed = new ProjectorThread(store, data, readModels.checkpoint(), second.observer);
+    expect(resumed.current()).toBe(readModels.checkpoint());
+    resumed.start();
+    try {
+      await resumed.waitFor(later, 10_000);
+      expect(readModels.head(tenantId, threadId)?.messageCount).toBe(4);
+      const ids = (
+        JSON.parse(readModels.messagePage(tenantId, threadId, 10).json) as { id: string }[]
+      ).map((message) => message.id);
+      expect(ids).toEqual(['m0', 'm1', 'm2', 'm3']);
+      expect([...first.seen.failures, ...second.seen.failures]).toEqual([]);
+    } finally {
+      await resumed.stop();
+      await store.close();
+      readModels.close();
+    }
+  }, 60_000);
+
+  it('reports a worker that cannot open its read models as failed', async () => {
+    const { store, readModels, data } = setUp('broken');
+    const { seen, observer } = recorder();
+    const broken = { ...data, readModelsFile: join(root, 'no-such-dir', 'read-models.db') };
+    const projector = new ProjectorThread(store, broken, 0, observer);
+    projector.start();
+    try {
+      await waitUntil(() => seen.failures.length > 0);
+      expect(seen.failures).toHaveLength(1);
+      expect(String(seen.failures[0])).toMatch(
+        /unable to open database file|directory does not exist/i,
+      );
+      await expect(projector.waitFor(1, 100)).rejects.toBeInstanceOf(ProjectionBehindError);
+    } finally {
+      await projector.stop();
+      await store.close();
+      readModels.close();
+    }
+  }, 60_000);
+});
+
+async function waitUntil(condition: () => boolean, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

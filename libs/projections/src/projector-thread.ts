@@ -1,0 +1,139 @@
+/**
+ * Runs the projector in a worker thread, so folding events and writing their rows never
+ * holds the event loop that serves HTTP: the service's loop only forwards "the log moved"
+ * and hears "the read models reached position N". Reads of the read models stay on this
+ * thread, through its own connection to the same SQLite file (WAL: readers never wait for
+ * the writer).
+ *
+ * The worker opens the log itself, from the same settings: a SQLite log through a second
+ * connection (woken by this thread's commits, polled for other processes'), EventStoreDB
+ * through its own subscription.
+ */
+import { Worker } from 'node:worker_threads';
+import {
+  PositionGate,
+  PositionNotReachedError,
+  SqliteEventStore,
+  type EventStoreReader,
+  type ProcessorObserver,
+  type StoreSettings,
+  workerEntry,
+} from '@runledger/event-store';
+import { RUN_STREAM_PREFIX } from '@runledger/domain';
+import { ProjectionBehindError, type ProjectorOptions } from './projector';
+
+export interface ProjectorWorkerData {
+  store: StoreSettings;
+  readModelsFile: string;
+  options: ProjectorOptions;
+}
+
+export type ToProjector = { type: 'commit' } | { type: 'stop' };
+
+export type FromProjector =
+  | { type: 'committed'; events: number; position: number; lastRecordedAt: string }
+  | { type: 'failed'; position: number; message: string; stack?: string }
+  | { type: 'stopped' };
+
+/** What the service needs of a projector, wherever it runs. */
+export interface ProjectionRunner {
+  start(): void;
+  stop(): Promise<void>;
+  current(): number;
+  waitFor(minPosition: number, timeoutMs: number): Promise<void>;
+}
+
+export class ProjectorWorkerError extends Error {
+  constructor(message: string, stack?: string) {
+    super(message);
+    this.name = 'ProjectorWorkerError';
+    if (stack) this.stack = stack;
+  }
+}
+
+export class ProjectorThread implements ProjectionRunner {
+  private readonly gate: PositionGate;
+  private worker: Worker | null = null;
+  private stopped: Promise<void> | null = null;
+  private unsubscribe: (() => void) | null = null;
+
+  /**
+   * `log`: this thread's store, read for the log head (waitFor) and, when it is SQLite, told
+   * of as each commit; `checkpoint`: where the read models stand now.
+   */
+  constructor(
+    private readonly log: EventStoreReader,
+    private readonly data: ProjectorWorkerData,
+    checkpoint: number,
+    private readonly observer: ProcessorObserver,
+  ) {
+    this.gate = new PositionGate(log, RUN_STREAM_PREFIX, checkpoint);
+  }
+
+  current(): number {
+    return this.gate.current();
+  }
+
+  start(): void {
+    if (this.worker) return;
+    const entry = workerEntry(__dirname, 'projector.worker', __filename);
+    const worker = new Worker(entry.filename, { eval: entry.eval, workerData: this.data });
+    this.worker = worker;
+    let stopping = false;
+    let reported = false;
+    this.stopped = new Promise<void>((resolve) => {
+      worker.on('message', (message: FromProjector) => {
+        if (message.type === 'committed') {
+          this.gate.moveTo(message.position);
+          this.observer.committed(message.events, message.position, message.lastRecordedAt);
+        } else if (message.type === 'failed') {
+          this.observer.failed(
+            new ProjectorWorkerError(message.message, message.stack),
+            message.position,
+          );
+        } else {
+          stopping = true;
+        }
+      });
+      worker.on('error', (error) => {
+        reported = true;
+        this.observer.failed(error, this.gate.current());
+      });
+      worker.on('exit', (code) => {
+        this.unsubscribe?.();
+        this.unsubscribe = null;
+        this.worker = null;
+        if (!stopping && !reported) {
+          this.observer.failed(
+            new ProjectorWorkerError(`the projector's worker thread exited (code ${code})`),
+            this.gate.current(),
+          );
+        }
+        resolve();
+      });
+    });
+    if (this.log instanceof SqliteEventStore) {
+      // One wake-up per group commit: the worker reads whatever the commit wrote.
+      this.unsubscribe = this.log.onCommitted(() => this.send({ type: 'commit' }));
+    }
+  }
+
+  async stop(): Promise<void> {
+    if (!this.worker) return;
+    this.send({ type: 'stop' });
+    await this.stopped;
+  }
+
+  async waitFor(minPosition: number, timeoutMs: number): Promise<void> {
+    try {
+      await this.gate.waitFor(minPosition, timeoutMs);
+    } catch (error) {
+      if (!(error instanceof PositionNotReachedError)) throw error;
+      throw new ProjectionBehindError(error.position, minPosition);
+    }
+  }
+
+  private send(message: ToProjector): void {
+    this.worker?.postMessage(message);
+  }
+}
