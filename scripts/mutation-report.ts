@@ -60,7 +60,11 @@ export interface FileScore {
   noCoverage: number;
   /** Crashed the test run, or would not compile: not counted, as StrykerJS does not. */
   invalid: number;
-  /** Static mutants, left out of the run (stryker.config.mjs, ignoreStatic). */
+  /**
+   * Left out of the run (StrykerJS's `Ignored`: a `// Stryker disable` comment, or
+   * `ignoreStatic`, which stryker.config.mjs leaves off). None should be: each is listed with
+   * the survivors and needs a reason like one, since code left out is not measured.
+   */
   ignored: number;
   score: number;
 }
@@ -68,7 +72,8 @@ export interface FileScore {
 export const GENERATED_START = '<!-- mutation-report:start -->';
 export const GENERATED_END = '<!-- mutation-report:end -->';
 
-const UNDETECTED = new Set(['Survived', 'NoCoverage']);
+/** Mutants no test detected, or that no test ran: each needs a test or a recorded reason. */
+const UNDETECTED = new Set(['Survived', 'NoCoverage', 'Ignored']);
 
 /** The mutated source text, whitespace collapsed so a reformatted line keeps its reason. */
 function snippet(source: string, { start, end }: { start: Position; end: Position }): string {
@@ -164,6 +169,11 @@ export function reasonFor(survivor: Survivor, reasons: readonly SurvivorReason[]
   );
 }
 
+const STATUS_NOTES: Record<string, string> = {
+  NoCoverage: ' (no test runs it)',
+  Ignored: ' (not run)',
+};
+
 /** A table cell: code in backticks, cut short, pipes escaped. */
 function code(text: string): string {
   const short = text.length > 80 ? `${text.slice(0, 77)}...` : text;
@@ -195,7 +205,7 @@ export function renderReport(
     '',
     `Mutation score of libs/domain: **${total.score.toFixed(2)}%** (break threshold: ${report.thresholds?.break ?? 'none'}%).`,
     '',
-    '| File | Score % | Killed | Timed out | Survived | No coverage | Invalid | Static (not run) |',
+    '| File | Score % | Killed | Timed out | Survived | No coverage | Invalid | Not run |',
     '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...files.map((s) => row(s, `\`${s.file}\``)),
     row(total, '**all files**'),
@@ -214,7 +224,7 @@ export function renderReport(
     const reason = reasonFor(survivor, reasons);
     if (reason === undefined) unexplained.push(survivor);
     else used.add(reason);
-    const status = survivor.status === 'NoCoverage' ? ' (no test runs it)' : '';
+    const status = STATUS_NOTES[survivor.status] ?? '';
     lines.push(
       `- \`${survivor.file}:${survivor.line}\` ${survivor.mutator}${status}: ${code(survivor.original)} → ${code(survivor.replacement)}`,
       `  ${reason === undefined ? '**No reason recorded.**' : collapse(reason.reason)}`,

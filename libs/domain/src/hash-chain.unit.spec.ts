@@ -133,6 +133,10 @@ describe('eventHash', () => {
 });
 
 describe('sealBatch', () => {
+  it('starts every run from the genesis hash: 64 zeros, as recorded logs were chained', () => {
+    expect(sealBatch(null, CONTEXT, exampleBatch())[0].metadata.prevHash).toBe('0'.repeat(64));
+  });
+
   it('links a new run from the genesis hash, one revision after another', () => {
     // Given a new run's batch
     const batch = exampleBatch();

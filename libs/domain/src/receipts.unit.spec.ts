@@ -137,11 +137,37 @@ describe('consuming a receipt', () => {
       'superseded',
     ],
     ['an approval not in the run', {}, { approval: undefined }, true, 'superseded'],
+    [
+      'an approval whose recorded digest is of another token',
+      {},
+      {
+        approval: {
+          toolCallId: 'tc-1',
+          resolvedReceipt: claims.rid,
+          resolvedDigest: receiptDigest('another token'),
+        },
+      },
+      true,
+      'superseded',
+    ],
+    [
+      'an approval of another tool call',
+      {},
+      { approval: { toolCallId: 'tc-9', resolvedReceipt: claims.rid } },
+      true,
+      'superseded',
+    ],
+    ['a run of another thread', {}, { threadId: 'thread-9' }, true, 'superseded'],
     ['a policy that no longer allows the tool', {}, {}, false, 'policy_forbids'],
   ])('is refused for %s', (_, tried, now, policyAllows, reason) => {
     expect(consumeRefusal(claims, { ...attempt, ...tried }, { ...run, ...now }, policyAllows)).toBe(
       reason,
     );
+  });
+
+  it('keeps of a receipt its SHA-256 digest in hex, never the token', () => {
+    expect(receiptDigest(token)).toMatch(/^[0-9a-f]{64}$/);
+    expect(receiptDigest(token)).not.toBe(receiptDigest(`${token}x`));
   });
 
   it('is refused for a deny', () => {

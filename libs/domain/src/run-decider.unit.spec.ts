@@ -10,6 +10,8 @@ import {
   decideSteer,
   decideStop,
   foldRunState,
+  RefusedError,
+  violationRefusal,
   type NewEvent,
   type Outcome,
   type Refusal,
@@ -60,6 +62,60 @@ describe('the command state of a run', () => {
     expect(state).toMatchObject({ activeTurnId: null, finished: { status: 'cancelled' } });
   });
 
+  it('starts before the first event: revision -1, no thread, nothing active or finished', () => {
+    expect(foldRunState([])).toEqual({
+      revision: -1,
+      threadId: '',
+      finished: null,
+      activeTurnId: null,
+      activeTurnSteeredAt: null,
+      approvals: new Map(),
+      latestApprovalByToolCall: new Map(),
+    });
+  });
+
+  it("keeps the run's thread when a later event's metadata does not name one", () => {
+    const state = foldRunState([
+      e('run.started', {}),
+      { type: 'message.added', revision: revision++, data: {}, metadata: {} },
+    ]);
+    expect(state).toMatchObject({ threadId: 'thread-1', revision: 1 });
+  });
+
+  it('remembers the first steer of the active turn across the events that follow it', () => {
+    const state = foldRunState([
+      e('run.started', {}),
+      e('turn.started', { turnId: 't1' }),
+      e('turn.steered', { turnId: 't1', instruction: 'x' }),
+      e('message.added', { turnId: 't1' }),
+      e('turn.steered', { turnId: 't1', instruction: 'y' }),
+    ]);
+    expect(state).toMatchObject({ activeTurnId: 't1', activeTurnSteeredAt: 2, revision: 4 });
+  });
+
+  it('does not count a steer of a turn that is not the active one', () => {
+    const state = foldRunState([
+      e('run.started', {}),
+      e('turn.started', { turnId: 't1' }),
+      e('turn.steered', { turnId: 't0', instruction: 'x' }),
+    ]);
+    expect(state).toMatchObject({ activeTurnId: 't1', activeTurnSteeredAt: null });
+  });
+
+  it('keeps an approval as first asked, and its resolution, when its id is asked again', () => {
+    const state = foldRunState([
+      e('run.started', {}),
+      e('approval.requested', { approvalId: 'a', toolCallId: 'c', toolName: 'deploy', input: 1 }),
+      e('approval.resolved', { approvalId: 'a', decision: 'allow', receipt: 'r1' }),
+      e('approval.requested', { approvalId: 'a', toolCallId: 'c', toolName: 'drop', input: 2 }),
+    ]);
+    expect(state.approvals.get('a')).toMatchObject({
+      toolName: 'deploy',
+      input: 1,
+      resolution: { decision: 'allow', receipt: 'r1', downgraded: false, revision: 2 },
+    });
+  });
+
   it('keeps the first resolution of an approval', () => {
     const state = foldRunState([
       e('run.started', {}),
@@ -100,6 +156,7 @@ function given(...history: { type: string; data: Record<string, unknown> }[]) {
         thenRefuses: (code: string, fields?: Record<string, unknown>) => {
           expect(outcome).toMatchObject({ refusal: { code, ...(fields ? { fields } : {}) } });
         },
+        refusal: 'refusal' in outcome ? outcome.refusal : undefined,
       };
     },
   };
@@ -185,6 +242,31 @@ describe('deciders', () => {
     });
   });
 
+  describe('violations of the run rules', () => {
+    it('carry the batch index, and the active turn, only where the rule names them', () => {
+      expect(violationRefusal({ code: 'run_not_found', message: 'm' })).toEqual({
+        code: 'run_not_found',
+        message: 'm',
+      });
+      expect(violationRefusal({ code: 'run_finished', message: 'm', index: undefined })).toEqual({
+        code: 'run_finished',
+        message: 'm',
+      });
+      expect(violationRefusal({ code: 'run_finished', message: 'm', index: 0 })).toEqual({
+        code: 'run_finished',
+        message: 'm',
+        details: { index: 0 },
+      });
+    });
+
+    it('travel to the edge as a RefusedError carrying the refusal', () => {
+      const refusal = { code: 'run_finished' as const, message: 'run r1 is already failed' };
+      const error = new RefusedError(refusal);
+      expect(error).toBeInstanceOf(Error);
+      expect(error).toMatchObject({ name: 'RefusedError', message: refusal.message, refusal });
+    });
+  });
+
   describe('steer', () => {
     const steer = (expectedTurnId: string) => (state: RunState) =>
       decideSteer({ runId: 'r1', expectedTurnId, instruction: 'narrower' }, state);
@@ -207,6 +289,29 @@ describe('deciders', () => {
         .when(steer('t1'))
         .thenRefuses('steer_conflict', { activeTurnId: 't1', steeredAtRevision: 2 });
     });
+
+    it('says which turn was steered, and when, in a conflict', () => {
+      const outcome = given(started, turn('t1'), {
+        type: 'turn.steered',
+        data: { turnId: 't1' },
+      }).when(steer('t1')).refusal;
+      expect(outcome?.message).toMatch(/t1.*already steered.*revision 2/);
+    });
+
+    it('refuses another turn as not active even when the active one was steered', () => {
+      given(started, turn('t1'), { type: 'turn.steered', data: { turnId: 't1' } })
+        .when(steer('t0'))
+        .thenRefuses('turn_not_active', { activeTurnId: 't1' });
+    });
+
+    it('says in its refusal which turn is active, or that none is', () => {
+      expect(given(started, turn('t1')).when(steer('t0')).refusal?.message).toMatch(
+        /turn t0 is not active: turn t1 is/,
+      );
+      expect(given(started).when(steer('t0')).refusal?.message).toMatch(
+        /turn t0 is not active: no turn is/,
+      );
+    });
   });
 
   describe('stop', () => {
@@ -216,10 +321,22 @@ describe('deciders', () => {
         .then([{ type: 'run.finished', data: { status: 'cancelled', reason: 'user hung up' } }]);
     });
 
+    it('finishes the run with no reason when none is given', () => {
+      const outcome = given(started)
+        .when((s) => decideStop({ runId: 'r1' }, s))
+        .then([{ type: 'run.finished', data: { status: 'cancelled' } }]);
+      expect(outcome.events[0].data).toStrictEqual({ status: 'cancelled' });
+    });
+
     it('refuses a finished run, naming its status', () => {
       given(started, { type: 'run.finished', data: { status: 'completed' } })
         .when((s) => decideStop({ runId: 'r1' }, s))
         .thenRefuses('run_finished', { status: 'completed' });
+      expect(
+        given(started, { type: 'run.finished', data: { status: 'completed' } }).when((s) =>
+          decideStop({ runId: 'r1' }, s),
+        ).refusal?.message,
+      ).toBe('run r1 is already completed');
     });
   });
 
@@ -265,8 +382,51 @@ describe('deciders', () => {
         });
     });
 
+    it('keeps a deny a deny, not downgraded, whatever the policy says', () => {
+      const forbid = () => ({ allowed: false as const, rule: 'default.deny', revision: 'rev-2' });
+      given(started, asked('ap-1'))
+        .when(resolve('deny', forbid))
+        .then([{ type: 'approval.resolved', data: { decision: 'deny', downgraded: false } }]);
+    });
+
+    it('reports every fact of the first resolution, with null for those it did not record', () => {
+      const refusal = given(started, asked('ap-1'), {
+        type: 'approval.resolved',
+        data: { approvalId: 'ap-1', decision: 'deny', receipt: 'rid-0' },
+      }).when(resolve('allow')).refusal;
+      expect(refusal?.fields).toEqual({
+        resolution: {
+          approvalId: 'ap-1',
+          decision: 'deny',
+          downgraded: false,
+          decidedBy: null,
+          policyRevision: null,
+          revision: 2,
+        },
+      });
+      expect(refusal?.message).toBe('approval ap-1 was already resolved: deny');
+      const recorded = given(started, asked('ap-1'), {
+        type: 'approval.resolved',
+        data: {
+          approvalId: 'ap-1',
+          decision: 'allow',
+          receipt: 'rid-0',
+          decidedBy: 'Ana',
+          policyRevision: 'rev-9',
+          downgraded: false,
+        },
+      }).when(resolve('deny')).refusal;
+      expect(recorded?.fields?.resolution).toMatchObject({
+        decidedBy: 'Ana',
+        policyRevision: 'rev-9',
+      });
+    });
+
     it('refuses an unknown approval, and any approval of a finished run', () => {
       given(started).when(resolve('allow')).thenRefuses('approval_not_found');
+      const unknown = given(started).when(resolve('allow')).refusal;
+      expect(unknown?.message).toBe('approval ap-1 not found in run r1');
+      expect(unknown).not.toHaveProperty('fields');
       given(started, asked('ap-1'), { type: 'run.finished', data: { status: 'failed' } })
         .when(resolve('allow'))
         .thenRefuses('run_finished');
@@ -287,6 +447,28 @@ describe('deciders', () => {
       const many = decideAnswer('thread-1', ['a', 'b', 'c', 'd', 'e'].map(pending));
       expect(many).toMatchObject({ refusal: { code: 'ambiguous', fields: { pendingCount: 5 } } });
       expect((many as { refusal: Refusal }).refusal.fields?.pending).toHaveLength(4);
+    });
+
+    it('names the thread, and lists each pending approval with its question or null', () => {
+      const none = decideAnswer('thread-1', []);
+      expect((none as { refusal: Refusal }).refusal.message).toBe(
+        'thread thread-1 has no pending approval',
+      );
+      const two = decideAnswer('thread-1', [
+        { ...pending('a'), question: 'Deploy to prod?' },
+        pending('b'),
+      ]);
+      expect((two as { refusal: Refusal }).refusal).toEqual({
+        code: 'ambiguous',
+        message: 'thread thread-1 has 2 pending approvals: name the one to resolve',
+        fields: {
+          pendingCount: 2,
+          pending: [
+            { approvalId: 'a', runId: 'r1', toolName: 'deploy', question: 'Deploy to prod?' },
+            { approvalId: 'b', runId: 'r1', toolName: 'deploy', question: null },
+          ],
+        },
+      });
     });
   });
 
@@ -339,6 +521,38 @@ describe('deciders', () => {
         reason: 'policy_forbids',
       });
       consumeAfter([asked('ap-2')]).thenRefuses('receipt_refused', { reason: 'superseded' });
+    });
+
+    it('names the reason in its refusal', () => {
+      expect(consumeAfter([], { user: 'Дмитрий' }).refusal?.message).toBe(
+        'the receipt is refused: user_mismatch',
+      );
+    });
+
+    it('refuses as superseded a receipt for an approval this run has not resolved, or not asked', () => {
+      const token = given(started, asked('ap-1'))
+        .when(resolve('allow'))
+        .then([{ type: 'approval.resolved', data: {} }]).result.receipt;
+      const check = verifyReceipt(token, SECRET, 1_000);
+      if (!check.ok) throw new Error('the receipt does not verify');
+      const consume = (s: RunState) =>
+        decideConsume(
+          {
+            claims: check.claims,
+            attempt: {
+              toolName: 'deploy',
+              inputDigest: inputDigest({ env: 'prod' }),
+              user: 'Łukasz',
+              receipt: token,
+            },
+            policyAllows: () => true,
+          },
+          s,
+        );
+      given(started, asked('ap-1'))
+        .when(consume)
+        .thenRefuses('receipt_refused', { reason: 'superseded' });
+      given(started).when(consume).thenRefuses('receipt_refused', { reason: 'superseded' });
     });
   });
 });

@@ -73,6 +73,8 @@ describe('stream names', () => {
     expect(parseStreamName('run-')).toBeNull();
     expect(parseStreamName('run-acme')).toBeNull();
     expect(parseStreamName('run-acme-')).toBeNull();
+    // No tenant is empty: a name with nothing before its dash is no run of any tenant.
+    expect(parseStreamName('run--r1')).toBeNull();
     expect(eventIdScope('other')).toBe('');
   });
 });

@@ -59,4 +59,31 @@ describe('stream tokens', () => {
       }),
     );
   });
+
+  it('opens one run as well as one thread', () => {
+    const run: StreamTokenClaims = { ...claims, kind: 'run', id: 'run-1' };
+    expect(verifyStreamToken(signStreamToken(run, SECRET), SECRET, 0)).toEqual({
+      ok: true,
+      claims: run,
+    });
+  });
+
+  it.each([
+    ['no tenant', { ...claims, tenant: undefined }],
+    ['a tenant that is not text', { ...claims, tenant: 7 }],
+    ['another kind of stream', { ...claims, kind: 'receipt' }],
+    ['no kind', { ...claims, kind: undefined }],
+    ['an id that is not text', { ...claims, id: 7 }],
+    ['no expiry', { ...claims, exp: undefined }],
+    ['an expiry written as text', { ...claims, exp: '2000' }],
+  ])('is malformed when signed with %s', (_what, signed) => {
+    const token = signStreamToken(signed as unknown as StreamTokenClaims, SECRET);
+    expect(verifyStreamToken(token, SECRET, 0)).toEqual({ ok: false, reason: 'malformed' });
+  });
+
+  it('still opens a token signed before an upgrade: the key derivation does not change', () => {
+    const minted =
+      'eyJleHAiOjEwMDAsImlkIjoidGhyZWFkLTEiLCJraW5kIjoidGhyZWFkIiwidGVuYW50IjoiYWNtZSJ9.3hDev6ReZJlq2wZxoL_6T80KgVwdsyuJBlpIkJ0EOKk';
+    expect(verifyStreamToken(minted, SECRET, 0)).toEqual({ ok: true, claims });
+  });
 });

@@ -31,6 +31,36 @@ describe('toolLabel', () => {
     expect(toolLabel(name, input)).toBe(label);
   });
 
+  /** Each tool's titling fields, in the order they win: every one titles the label alone. */
+  const titling: [string, string, string[]][] = [
+    ['read_page', 'Reading page', ['title', 'page', 'url']],
+    ['fetch', 'Reading page', ['title', 'url']],
+    ['browse', 'Reading page', ['title', 'url']],
+    ['read_file', 'Reading file', ['path', 'file']],
+    ['read', 'Reading', ['path', 'file', 'title']],
+    ['write_file', 'Writing file', ['path', 'file']],
+    ['edit_file', 'Editing file', ['path', 'file']],
+    ['ls', 'Listing', ['path']],
+    ['grep', 'Searching files', ['pattern', 'query']],
+    ['search', 'Searching', ['query', 'q', 'source']],
+    ['web_search', 'Searching the web', ['query', 'q']],
+    ['calendar', 'Checking calendar', ['range', 'date', 'query']],
+    ['send_message', 'Sending message', ['to', 'recipient']],
+    ['send_email', 'Sending email', ['to', 'subject']],
+    ['run_command', 'Running', ['command', 'cmd']],
+    ['bash', 'Running', ['command', 'cmd']],
+    ['deploy', 'Deploying', ['target', 'env', 'service']],
+    ['lookup', 'Looking up', ['query', 'id', 'name']],
+  ];
+
+  it.each(titling)('%s is "%s", titled by %j, the first present winning', (name, verb, fields) => {
+    expect(toolLabel(name, {})).toBe(verb);
+    fields.forEach((field, i) => {
+      const present = Object.fromEntries(fields.slice(i).map((f) => [f, `${f} value`]));
+      expect(toolLabel(name, present)).toBe(`${verb}: ${field} value`);
+    });
+  });
+
   it('takes the first titling field that holds text, skipping blank and non-text ones', () => {
     expect(toolLabel('read_page', { title: '   ', page: { id: 1 }, url: 'https://u' })).toBe(
       'Reading page: https://u',

@@ -11,6 +11,7 @@ import {
   emptyNotificationThread,
   foldNotification,
   MAX_ENDED_RUNS,
+  MAX_THREAD_USERS,
   SUMMARY_MAX,
   type Notification,
 } from './notification-fold';
@@ -248,5 +249,129 @@ describe('foldNotification: edges', () => {
       data: { ...done.data, reason: '  ', errorText: ' payments  API\n down ' },
     });
     expect(item?.summary).toBe('run failed | payments API down');
+  });
+});
+
+describe('foldNotification: what the write path never records, and its limits', () => {
+  it('starts open, with nothing seen', () => {
+    expect(emptyNotificationThread(TENANT, THREAD)).toEqual({
+      tenantId: TENANT,
+      threadId: THREAD,
+      title: null,
+      activeRuns: [],
+      endedRuns: [],
+      endedCount: 0,
+      pending: [],
+      status: 'open',
+      users: [],
+      position: 0,
+    });
+  });
+
+  it('keeps the status it notified: blocked, then finished', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, log.runStarted('r1'));
+    foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
+    expect(state.status).toBe('blocked');
+    foldNotification(state, log.runFinished('r1', 'completed'));
+    expect(state.status).toBe('finished');
+  });
+
+  it('notifies nothing for an older approval delivered again after it was answered', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    const asked = log.approvalRequested('r1', 'ap1', 'tc1');
+    foldNotification(state, log.runStarted('r1'));
+    foldNotification(state, asked);
+    foldNotification(state, log.approvalResolved('r1', 'ap1', 'allow'));
+    expect(foldNotification(state, asked)).toBeNull();
+    expect(state.pending).toEqual([]);
+  });
+
+  it.each(['turn.steered', 'model.call', 'append.rejected'] as const)(
+    'takes a %s as no run of its own: the thread still finishes when its runs end',
+    (type) => {
+      const items = notify(
+        log.runStarted('r1'),
+        { ...log.runStarted('r-other'), type },
+        log.runFinished('r1', 'completed'),
+      );
+      expect(items.map((i) => [i.kind, i.runId])).toEqual([['finished', 'r1']]);
+    },
+  );
+
+  it('notifies for a run stamped with no run id under the empty id', () => {
+    const started = log.runStarted('r1');
+    const asked = log.approvalRequested('r1', 'ap1', 'tc1');
+    delete started.metadata.runId;
+    delete asked.metadata.runId;
+    expect(notify(started, asked)).toEqual([expect.objectContaining({ runId: '' })]);
+  });
+
+  it('counts a run that ends twice once', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, log.runStarted('r1'));
+    foldNotification(state, log.runFinished('r1', 'completed'));
+    expect(foldNotification(state, log.runFinished('r1', 'failed'))).toBeNull();
+    expect(state).toMatchObject({ endedRuns: ['r1'], endedCount: 1 });
+  });
+
+  it('is not blocked by an approval asked in a run that already ended', () => {
+    const items = notify(
+      log.runStarted('r1'),
+      log.runFinished('r1', 'completed'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+    );
+    expect(items.map((i) => i.kind)).toEqual(['finished']);
+  });
+
+  it('keeps one pending entry per approval however often it is asked', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, log.runStarted('r1'));
+    foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
+    foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
+    expect(state.pending).toEqual([{ approvalId: 'ap1', runId: 'r1' }]);
+  });
+
+  it('never revives an ended run: a late event of it does not keep the thread from finishing again', () => {
+    const items = notify(
+      log.runStarted('r1'),
+      log.runFinished('r1', 'completed'),
+      log.event('r1', 'approval.resolved', { approvalId: 'ap0', decision: 'deny', receipt: 'r' }),
+      log.runStarted('r2'),
+      log.runFinished('r2', 'failed'),
+    );
+    expect(items.map((i) => [i.runId, i.state])).toEqual([
+      ['r1', 'completed'],
+      ['r2', 'failed'],
+    ]);
+  });
+
+  it(`remembers the first ${MAX_THREAD_USERS} users of a thread`, () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    for (let u = 0; u <= MAX_THREAD_USERS; u += 1) {
+      const turn = log.turnStarted('r1', `t${u}`);
+      turn.metadata.user = `user-${u}`;
+      foldNotification(state, turn);
+    }
+    expect(state.users).toHaveLength(MAX_THREAD_USERS);
+    expect(state.users.at(-1)).toBe(`user-${MAX_THREAD_USERS - 1}`);
+  });
+
+  it('leaves out a question that is not text', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, log.runStarted('r1'));
+    const asked = log.approvalRequested('r1', 'ap1', 'tc1', 'deploy', { env: 'prod' });
+    const item = foldNotification(state, { ...asked, data: { ...asked.data, question: null } });
+    expect(item).not.toHaveProperty('question');
+    expect(item?.summary).toBe('approval requested: Deploying: prod');
+  });
+
+  it(`keeps a summary of exactly ${SUMMARY_MAX} characters whole`, () => {
+    const errorText = 'x'.repeat(SUMMARY_MAX - 'run failed | '.length);
+    const [item] = notify(
+      log.runStarted('r1'),
+      log.event('r1', 'run.finished', { status: 'failed', errorText }),
+    );
+    expect(item.summary).toBe(`run failed | ${errorText}`);
   });
 });

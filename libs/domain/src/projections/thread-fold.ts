@@ -320,13 +320,9 @@ function asInput(value: unknown): Record<string, unknown> {
   return { raw: value === undefined ? null : value };
 }
 
-function isEmptyObject(value: unknown): boolean {
-  return (
-    value !== null &&
-    typeof value === 'object' &&
-    !Array.isArray(value) &&
-    Object.keys(value).length === 0
-  );
+/** Whether a part has no input yet: every part's input is asInput's object, or {} when a finish came first. */
+function hasNoInput(part: ToolPart): boolean {
+  return Object.keys(part.input ?? {}).length === 0;
 }
 
 function partAt(rows: ThreadRows, location: PartLocation): ToolPart {
@@ -508,11 +504,12 @@ function approvalRequested(fold: Fold, data: EventDataByType['approval.requested
   } else {
     const current = partAt(rows, location);
     if (!isTerminal(current.state)) {
+      // A part not yet terminal was made by a start or a request, both of which name it.
       rows.setPart(location, {
-        type: toolNameOf(current) === UNKNOWN_TOOL_NAME ? `tool-${data.toolName}` : current.type,
+        type: current.type,
         toolCallId: current.toolCallId,
         state: 'approval-requested',
-        input: current.input === undefined || isEmptyObject(current.input) ? input : current.input,
+        input: hasNoInput(current) ? input : current.input,
         approval,
       });
     }

@@ -885,3 +885,238 @@ describe('drift: every catalogue type is handled or ignored on purpose', () => {
     },
   );
 });
+
+/**
+ * Sequences the write path never records (a second start or end of a run, a turn after the
+ * run ended, a repeated request) and rare shapes of data: the fold still answers a view that
+ * keeps its invariants, as a rebuild over any log must.
+ */
+describe('edges of the fold', () => {
+  const event = (runId: string, type: string, data: Record<string, unknown>) =>
+    log.event(runId, type as 'run.started', data as never);
+
+  it('folds an event with no run stamped into the run with the empty id', () => {
+    const unstamped = log.message('r1', 'm1', 'user', 'hi');
+    delete unstamped.metadata.runId;
+    const state = given().when(unstamped);
+    expect(state.runs.map((r) => r.runId)).toEqual(['']);
+    expect(state.messages[0].metadata?.runId).toBe('');
+  });
+
+  it('folds an event that names no tenant or thread into the thread it is given', () => {
+    const bare = log.runStarted('r1');
+    bare.metadata = { runId: 'r1' };
+    expect(
+      given()
+        .when(bare)
+        .runs.map((r) => r.runId),
+    ).toEqual(['r1']);
+  });
+
+  it('threadOf answers null for an empty tenant or thread', () => {
+    const stamped = log.runStarted('r1');
+    expect(threadOf({ ...stamped, metadata: { tenantId: '', threadId: THREAD } })).toBeNull();
+    expect(threadOf({ ...stamped, metadata: { tenantId: TENANT, threadId: '' } })).toBeNull();
+  });
+
+  it('is idle, not finished, when it has seen events but no run', () => {
+    const state = given().when(event('r1', 'model.call', { modelId: 'm' }));
+    expect(state).toMatchObject({ status: 'idle', runs: [] });
+  });
+
+  it('keeps the agent and source of the first run.started of a run', () => {
+    const state = given(log.runStarted('r1')).when(
+      log.runStarted('r1', { agent: 'other-bot', source: 'voice' }),
+    );
+    expect(state.runs[0]).toMatchObject({ agent: 'support-bot', source: 'typed' });
+  });
+
+  it('keeps the first end of a run, and a turn started after it does not run', () => {
+    const started = log.runStarted('r1');
+    const first = log.runFinished('r1', 'failed');
+    const state = given(started, first).when(
+      log.runFinished('r1', 'completed'),
+      log.turnStarted('r1', 't1'),
+    );
+    expect(state.runs[0]).toMatchObject({
+      status: 'failed',
+      finishedAt: first.recordedAt,
+      activeTurnId: null,
+    });
+    expect(state.status).toBe('finished');
+  });
+
+  it('counts one active turn when a turn starts over another, and is idle once it ends', () => {
+    const state = given(log.runStarted('r1'), log.turnStarted('r1', 't1')).when(
+      log.turnStarted('r1', 't2'),
+      log.turnFinished('r1', 't2'),
+    );
+    expect(state).toMatchObject({ status: 'idle', runs: [{ activeTurnId: null }] });
+  });
+
+  it('adds the words of a message to a tool message whose id it reuses, beside its tool part', () => {
+    const state = given(log.runStarted('r1'), log.toolStarted('r1', 'tc1')).when(
+      log.message('r1', 'tool-msg-tc1', 'assistant', 'Looking it up'),
+    );
+    expect(state.messages).toHaveLength(1);
+    expect(state.messages[0].parts.map((p) => p.type)).toEqual(['tool-lookup', 'text']);
+  });
+
+  it('derives a tool message id from the position when the plain and run-qualified ids are taken', () => {
+    const history = [
+      log.runStarted('r1'),
+      log.message('r1', 'tool-msg-tc1', 'user', 'one'),
+      log.message('r1', 'tool-msg-r1-tc1', 'user', 'two'),
+    ];
+    const start = log.toolStarted('r1', 'tc1');
+    const state = given(...history).when(start);
+    expect(state.messages.map((m) => m.id)).toEqual([
+      'tool-msg-tc1',
+      'tool-msg-r1-tc1',
+      `tool-msg-r1-tc1-${start.position}`,
+    ]);
+  });
+
+  it.each([
+    ['null', null, { raw: null }],
+    ['missing', undefined, { raw: null }],
+    ['a string', 'orders since May', { raw: 'orders since May' }],
+    ['an array', [1], { raw: [1] }],
+  ])('keeps a start whose input is %s under { raw }', (_what, input, expected) => {
+    const state = given(log.runStarted('r1')).when(
+      event('r1', 'tool.started', { toolCallId: 'tc1', toolName: 'lookup', input }),
+    );
+    expect(toolPart(state, 'tc1').input).toEqual(expected);
+  });
+
+  it('says a failed tool failed when it gives no error text', () => {
+    const state = given(log.runStarted('r1')).when(
+      log.toolFinished('r1', 'tc1', { failed: true }),
+      log.toolFinished('r1', 'tc2', { failed: true, errorText: '' }),
+    );
+    expect(toolParts(state).map((p) => p.errorText)).toEqual([
+      'The tool failed.',
+      'The tool failed.',
+    ]);
+  });
+
+  it('names a call finished without a name, or with an empty one, unknown until a later finish names it', () => {
+    const started = log.runStarted('r1');
+    const unnamed = log.toolFinished('r1', 'tc1', { output: 'x' });
+    delete (unnamed.data as { toolName?: string }).toolName;
+    const emptyName = log.toolFinished('r1', 'tc2', { toolName: '' });
+    const state = given(started, unnamed).when(emptyName);
+    expect(toolParts(state).map((p) => p.type)).toEqual(['tool-unknown', 'tool-unknown']);
+    const named = given(started, unnamed).when(
+      log.toolFinished('r1', 'tc1', { toolName: 'search', output: 'late' }),
+    );
+    expect(toolPart(named, 'tc1')).toMatchObject({ type: 'tool-search', output: 'x' });
+  });
+
+  it('closes at once a tool started, or an approval asked, after its run ended', () => {
+    const state = given(log.runStarted('r1'), log.runFinished('r1', 'cancelled')).when(
+      log.toolStarted('r1', 'tc1'),
+      log.approvalRequested('r1', 'ap1', 'tc2'),
+    );
+    expect(toolParts(state).map((p) => p.state)).toEqual(['output-error', 'output-error']);
+    expect(state).toMatchObject({ activeTools: [], pendingApprovals: [], status: 'finished' });
+  });
+
+  it('updates the name and label of a running tool whose start comes again, and only its own', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.runStarted('r2'),
+      log.toolStarted('r1', 'tc1', 'search', { query: 'shoes' }),
+      log.toolStarted('r1', 'tc2', 'search', { query: 'socks' }),
+    ).when(
+      log.toolStarted('r2', 'tc1', 'search', { query: 'hats' }),
+      log.toolStarted('r1', 'tc2', 'lookup', { query: 'boots' }),
+    );
+    expect(state.activeTools.map((t) => [t.runId, t.toolCallId, t.toolName, t.label])).toEqual([
+      ['r1', 'tc1', 'search', 'Searching: shoes'],
+      ['r1', 'tc2', 'lookup', 'Looking up: boots'],
+      ['r2', 'tc1', 'search', 'Searching: hats'],
+    ]);
+  });
+
+  it('gives a request for a call that started with no input the input the request names', () => {
+    const state = given(log.runStarted('r1'), log.toolStarted('r1', 'tc1', 'refund', {})).when(
+      log.approvalRequested('r1', 'ap1', 'tc1', 'refund', { amount: 5 }),
+    );
+    expect(toolPart(state, 'tc1').input).toEqual({ amount: 5 });
+  });
+
+  it('leaves a finished call as it is when an approval is asked for it afterwards', () => {
+    const history = [
+      log.runStarted('r1'),
+      log.toolStarted('r1', 'tc1'),
+      log.toolFinished('r1', 'tc1'),
+    ];
+    const before = toolPart(given(...history).when(), 'tc1');
+    const state = given(...history).when(log.approvalRequested('r1', 'ap1', 'tc1'));
+    expect(toolPart(state, 'tc1')).toEqual(before);
+  });
+
+  it('keeps one pending approval per id, as last asked, with its options, and no question when none', () => {
+    const history = [log.runStarted('r1'), log.approvalRequested('r1', 'ap1', 'tc1')];
+    const again = event('r1', 'approval.requested', {
+      approvalId: 'ap1',
+      toolCallId: 'tc1',
+      toolName: 'refund',
+      input: { amount: 7 },
+      options: ['allow', 'deny'],
+    });
+    const state = given(...history).when(again);
+    expect(state.pendingApprovals).toHaveLength(1);
+    expect(state.pendingApprovals[0]).toMatchObject({
+      input: { amount: 7 },
+      options: ['allow', 'deny'],
+      requestedAt: again.recordedAt,
+    });
+    expect(state.pendingApprovals[0]).not.toHaveProperty('question');
+    const plain = given(log.runStarted('r1')).when(log.approvalRequested('r1', 'ap1', 'tc1'));
+    expect(plain.pendingApprovals[0]).not.toHaveProperty('options');
+  });
+
+  it('changes nothing else when an approval it never asked, or no longer waits on, is resolved', () => {
+    const history = [
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+      log.approvalResolved('r1', 'ap1', 'allow'),
+      log.approvalRequested('r1', 'ap2', 'tc2'),
+    ];
+    const before = given(...history).when();
+    const state = given(...history).when(
+      log.approvalResolved('r1', 'ap-never', 'deny'),
+      log.approvalResolved('r1', 'ap1', 'deny'),
+    );
+    expect(state.pendingApprovals).toEqual(before.pendingApprovals);
+    expect(toolParts(state)).toEqual(toolParts(before));
+  });
+
+  it('answers a part only for the approval last asked for it, not one it superseded', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+      log.approvalRequested('r1', 'ap2', 'tc1'),
+    ).when(log.approvalResolved('r1', 'ap1', 'deny'));
+    expect(toolPart(state, 'tc1')).toMatchObject({
+      state: 'approval-requested',
+      approval: { id: 'ap2' },
+    });
+  });
+
+  it('keeps other tools running when a call that was not running is denied', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.toolStarted('r1', 'tc1'),
+      log.approvalRequested('r1', 'ap2', 'tc2'),
+    ).when(log.approvalResolved('r1', 'ap2', 'deny'));
+    expect(state.activeTools.map((t) => t.toolCallId)).toEqual(['tc1']);
+  });
+
+  it('explains a downgraded denial by the policy', () => {
+    expect(DOWNGRADED_REASON).toMatch(/policy/);
+    expect(DOWNGRADED_REASON).toMatch(/downgraded/);
+  });
+});

@@ -244,10 +244,9 @@ export function memoryRows(state: ThreadState): ThreadRows {
       track(index, message, location.message, location.part, part);
     },
     tool: (runId, toolCallId) => index.tools.get(toolKey(runId, toolCallId)),
+    // track() files every key in `tools` before it is open.
     openTools: (runId) =>
-      [...(index.openTools.get(runId) ?? [])]
-        .map((key) => index.tools.get(key))
-        .filter((location) => location !== undefined),
+      [...(index.openTools.get(runId) ?? [])].map((key) => index.tools.get(key) as ToolLocation),
     approvalTool: (approvalId) => lookup(index.approvalTool.get(approvalId)),
     linkApproval: (approvalId, runId, toolCallId) => {
       index.approvalTool.set(approvalId, toolKey(runId, toolCallId));

@@ -103,12 +103,15 @@ export function voiceSeedOf(
   return { turns, tokenEstimate, activeTools };
 }
 
-/** The last `count` UTF-16 units of `text`, never starting inside a surrogate pair. */
+/**
+ * The last `count` UTF-16 units of `text`, never starting inside a surrogate pair; '' when
+ * `count` is not positive. `count` is below the text's length: only a turn over the budget
+ * is cut.
+ */
 function lastCharacters(text: string, count: number): string {
-  if (count <= 0) return '';
   let start = text.length - count;
-  if (start > 0 && isLowSurrogate(text.charCodeAt(start))) start += 1;
-  return text.slice(Math.max(start, 0));
+  if (isLowSurrogate(text.charCodeAt(start))) start += 1;
+  return text.slice(start);
 }
 
 function isLowSurrogate(code: number): boolean {

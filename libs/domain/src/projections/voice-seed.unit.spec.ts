@@ -4,7 +4,7 @@
  */
 import { given, takeFolded, ThreadLog } from './testing/thread-events';
 import { uiMessageProblems } from './testing/ui-messages';
-import { messageText } from './message-text';
+import { isToolPart, messageText } from './message-text';
 import type { ProjectedEvent, UIMessage } from './thread-state';
 import {
   CUT_TURN_MARKER,
@@ -12,6 +12,7 @@ import {
   VOICE_SEED_MAX_TOKENS,
   VOICE_SEED_MAX_TURNS,
   voiceSeed,
+  voiceSeedOf,
 } from './voice-seed';
 
 let log: ThreadLog;
@@ -53,6 +54,16 @@ describe('messageText', () => {
         ]),
       ),
     ).toBe('Let me check.\nIt shipped.');
+  });
+
+  it('takes as a tool part only a tool- part with a call id', () => {
+    const parts = [
+      { type: 'tool-search', toolCallId: 'c1', state: 'input-available' },
+      { type: 'dynamic-tool', toolCallId: 'c2', state: 'input-available' },
+      { type: 'tool-search', state: 'input-available' },
+      { type: 'text', text: 'tool-search' },
+    ] as unknown as UIMessage['parts'];
+    expect(parts.map(isToolPart)).toEqual([true, false, false, false]);
   });
 
   it('answers "" for a tool-only message', () => {
@@ -158,6 +169,14 @@ describe('voiceSeed', () => {
     const [turn] = voiceSeed(state).turns;
     const kept = turn.text.slice(CUT_TURN_MARKER.length);
     expect(kept).toBe('😀'.repeat(kept.length / 2));
+  });
+
+  it('starts a cut turn at a character above the surrogates', () => {
+    const text = '\ue000'.repeat(20);
+    const [turn] = voiceSeedOf([{ id: 'm1', role: 'user', parts: [{ type: 'text', text }] }], [], {
+      maxTokens: 2,
+    }).turns;
+    expect(turn.text).toBe(`${CUT_TURN_MARKER}${text.slice(0, 2 * 4 - CUT_TURN_MARKER.length)}`);
   });
 
   it('drops rows without text: tool rows, blank and empty messages, and system messages', () => {

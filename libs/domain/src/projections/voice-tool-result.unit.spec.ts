@@ -5,8 +5,11 @@
 import fc from 'fast-check';
 import { given, takeFolded, ThreadLog } from './testing/thread-events';
 import { uiMessageProblems } from './testing/ui-messages';
+import { emptyThread } from './thread-fold';
+import type { ToolPart } from './thread-state';
 import {
   continuationHint,
+  toolPartResult,
   toolResultForVoice,
   VOICE_TOOL_RESULT_MAX_CHARS,
 } from './voice-tool-result';
@@ -207,6 +210,53 @@ describe('toolResultForVoice', () => {
       truncated: false,
       totalChars: 4,
       offset: 0,
+    });
+  });
+
+  it('cuts a page after the offset where that page ends, never inside a pair there', () => {
+    const whole = `abcd${'😀'}xyz`;
+    const result = toolResultForVoice(finishedWith(whole), 'tc1', { maxChars: 5, offset: 1 });
+    expect(result?.text).toBe(`bcd😀\n${continuationHint(6, whole.length)}`);
+  });
+
+  it('cuts after a character above the surrogates whole', () => {
+    const result = toolResultForVoice(finishedWith('abc\ue000z'), 'tc1', { maxChars: 4 });
+    expect(result?.text).toBe(`abc\ue000\n${continuationHint(4, 5)}`);
+  });
+
+  describe('of a part as stored', () => {
+    const part = (over: Partial<ToolPart>): ToolPart => ({
+      type: 'tool-deploy',
+      toolCallId: 'tc1',
+      state: 'output-available',
+      input: {},
+      ...over,
+    });
+
+    it('reads an output that is missing as null, and a missing error text as nothing', () => {
+      expect(toolPartResult(part({})).text).toBe('null');
+      expect(toolPartResult(part({ state: 'output-error' })).text).toBe('');
+    });
+
+    it('says why a call was denied when the denial gives a reason', () => {
+      const denied = (approval?: ToolPart['approval']) =>
+        toolPartResult(part({ state: 'output-denied', approval })).text;
+      expect(denied({ id: 'ap1', approved: false, reason: 'not on Fridays' })).toBe(
+        'The call was denied: not on Fridays',
+      );
+      expect(denied({ id: 'ap1', approved: false })).toBe('The call was denied.');
+      expect(denied(undefined)).toBe('The call was denied.');
+    });
+
+    it('finds a call in a message with no run recorded as a call of the run with the empty id', () => {
+      const state = emptyThread('tenant-1', 'thread-1');
+      state.messages.push({
+        id: 'm1',
+        role: 'assistant',
+        parts: [part({ output: 'ok' })],
+      });
+      expect(toolResultForVoice(state, 'tc1', { runId: '' })?.text).toBe('ok');
+      expect(toolResultForVoice(state, 'tc1', { runId: 'r1' })).toBeNull();
     });
   });
 });
