@@ -255,29 +255,36 @@ export interface LogState {
 
 /**
  * What the log holds, as seen from outside: the run's events, and the projector's position
- * once it stopped moving (every event of every run is folded, so it is the log's head).
+ * once it has folded them and stopped moving (every event of every run is folded, so it is
+ * the log's head).
  */
 export async function logState(service: RunningService, runId: string): Promise<LogState> {
-  let position = -1;
-  for (let i = 0; i < 100; i += 1) {
-    const ready = (await (await request(service.baseUrl, '/health/ready')).json()) as {
-      projectorPosition: number;
-    };
-    if (ready.projectorPosition === position) break;
-    position = ready.projectorPosition;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
   const events: string[] = [];
+  let last = 0;
   for (let from = 0; ;) {
     const res = await request(
       service.baseUrl,
       `/v1/runs/${runId}/events?fromRevision=${from}&limit=1000`,
       { key: KEY },
     );
-    const page = ((await res.json()) as { events: { id: string; type: string }[] }).events;
+    const page = (
+      (await res.json()) as { events: { id: string; type: string; position: number }[] }
+    ).events;
     events.push(...page.map((e) => `${e.type} ${e.id}`));
+    last = Math.max(last, ...page.map((e) => e.position));
     if (page.length < 1000) break;
     from += page.length;
+  }
+  // Settled: the projector has folded the run's last event (its thread may still be starting)
+  // and then stands still.
+  let position = -1;
+  for (let i = 0; i < 200; i += 1) {
+    const ready = (await (await request(service.baseUrl, '/health/ready')).json()) as {
+      projectorPosition: number;
+    };
+    if (ready.projectorPosition >= last && ready.projectorPosition === position) break;
+    position = ready.projectorPosition;
+    await new Promise((resolve) => setTimeout(resolve, 50));
   }
   return { position, events };
 }
