@@ -5,18 +5,13 @@
  */
 import Database from 'better-sqlite3';
 import { parentPort, workerData } from 'node:worker_threads';
-import { SqliteAppender, type AppendOutcome, type AppendRequest } from './sqlite.appender';
-import type { SqliteSynchronous } from './sqlite.event-store';
-
-export interface WriterData {
-  file: string;
-  synchronous: SqliteSynchronous;
-}
-
-export type ToWriter = { type: 'group'; requests: AppendRequest[] } | { type: 'close' };
-
-export type FromWriter =
-  { type: 'outcomes'; outcomes: AppendOutcome[] } | { type: 'commit-failed'; message: string };
+import {
+  SqliteAppender,
+  type AppendOutcome,
+  type FromWriter,
+  type ToWriter,
+  type WriterData,
+} from './sqlite.appender';
 
 const { file, synchronous } = workerData as WriterData;
 const db = new Database(file);
