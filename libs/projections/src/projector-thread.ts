@@ -12,7 +12,6 @@
 import { Worker } from 'node:worker_threads';
 import {
   PositionGate,
-  PositionNotReachedError,
   SqliteEventStore,
   type EventStoreReader,
   type ProcessorObserver,
@@ -20,7 +19,7 @@ import {
   workerEntry,
 } from '@runledger/event-store';
 import { RUN_STREAM_PREFIX } from '@runledger/domain';
-import { ProjectionBehindError, type ProjectorOptions } from './projector';
+import { asProjectionWait, type ProjectorOptions } from './projector';
 
 export interface ProjectorWorkerData {
   store: StoreSettings;
@@ -124,13 +123,8 @@ export class ProjectorThread implements ProjectionRunner {
     await this.stopped;
   }
 
-  async waitFor(minPosition: number, timeoutMs: number): Promise<void> {
-    try {
-      await this.gate.waitFor(minPosition, timeoutMs);
-    } catch (error) {
-      if (!(error instanceof PositionNotReachedError)) throw error;
-      throw new ProjectionBehindError(error.position, minPosition);
-    }
+  waitFor(minPosition: number, timeoutMs: number): Promise<void> {
+    return asProjectionWait(this.gate.waitFor(minPosition, timeoutMs), minPosition);
   }
 
   private send(message: ToProjector): void {

@@ -40,6 +40,16 @@ export class ProjectionBehindError extends Error {
   }
 }
 
+/** A follower's wait for `minPosition`, its timeout answered as ProjectionBehindError. */
+export async function asProjectionWait(wait: Promise<void>, minPosition: number): Promise<void> {
+  try {
+    await wait;
+  } catch (error) {
+    if (!(error instanceof PositionNotReachedError)) throw error;
+    throw new ProjectionBehindError(error.position, minPosition);
+  }
+}
+
 export class Projector implements BatchHandler {
   private readonly processor: CheckpointedProcessor;
   private readonly sliceMs: number;
@@ -76,13 +86,8 @@ export class Projector implements BatchHandler {
    * streams are projected, so a position of another stream (a consumed receipt) counts as
    * passed once the last run event before it is folded.
    */
-  async waitFor(minPosition: number, timeoutMs: number): Promise<void> {
-    try {
-      await this.processor.waitFor(minPosition, timeoutMs);
-    } catch (error) {
-      if (!(error instanceof PositionNotReachedError)) throw error;
-      throw new ProjectionBehindError(error.position, minPosition);
-    }
+  waitFor(minPosition: number, timeoutMs: number): Promise<void> {
+    return asProjectionWait(this.processor.waitFor(minPosition, timeoutMs), minPosition);
   }
 
   checkpoint(): number {
