@@ -13,6 +13,12 @@ if [ ! -f "$report" ]; then
   echo "mutate: StrykerJS wrote no report ($report); docs/mutation.md is unchanged" >&2
   exit "$status"
 fi
+# StrykerJS keeps each killed mutant's failure message in the incremental file, for a property
+# test its whole counterexample (60 MB in all): the next run does not need them.
+incremental=docs/mutation/stryker-incremental.json
+if [ -f "$incremental" ]; then
+  node -r ts-node/register/transpile-only scripts/mutation-merge.ts "$incremental" "$incremental" || exit $?
+fi
 node -r ts-node/register/transpile-only scripts/mutation-report.ts \
   "$report" docs/mutation.md docs/mutation/survivors.yaml || exit $?
 exit "$status"
