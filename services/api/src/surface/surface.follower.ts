@@ -69,6 +69,11 @@ export class SurfaceFollower implements BatchHandler {
     return this.processor.current();
   }
 
+  /** Resolves once the follower has passed `minPosition`; rejects after `timeoutMs`. */
+  waitFor(minPosition: number, timeoutMs: number): Promise<void> {
+    return this.processor.waitFor(minPosition, timeoutMs);
+  }
+
   problem(): unknown {
     return this.failure;
   }

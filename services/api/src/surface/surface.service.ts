@@ -14,7 +14,7 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import type { Notification } from '@runledger/domain';
-import { EVENT_STORE, type EventStore } from '@runledger/event-store';
+import { EVENT_STORE, PositionNotReachedError, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
@@ -35,7 +35,6 @@ export class SurfaceService
   readonly store: SurfaceStore;
   private readonly follower: SurfaceFollower;
   private readonly logger = new Logger('client-surface');
-  private readonly waiters = new Set<{ min: number; resolve: () => void }>();
   private readonly listeners = new Set<(position: number) => void>();
 
   constructor(
@@ -61,12 +60,6 @@ export class SurfaceService
   committed(position: number, notifications: readonly Notification[]): void {
     this.metrics.clientSurfacePosition.set(position);
     for (const item of notifications) this.metrics.notifications.inc({ kind: item.kind });
-    for (const waiter of this.waiters) {
-      if (position >= waiter.min) {
-        this.waiters.delete(waiter);
-        waiter.resolve();
-      }
-    }
     for (const listener of this.listeners) listener(position);
   }
 
@@ -108,28 +101,18 @@ export class SurfaceService
         `the client surface stopped: ${String(failure)}`,
       );
     }
-    await new Promise<void>((resolve, reject) => {
-      const waiter = {
-        min: minPosition,
-        resolve: () => {
-          clearTimeout(timer);
-          resolve();
-        },
-      };
-      const timer = setTimeout(() => {
-        this.waiters.delete(waiter);
-        reject(
-          new ApiError(
-            503,
-            'projection_behind',
-            `the client surface has not reached position ${minPosition} within ${this.config.readWaitMs} ms; retry`,
-            undefined,
-            { position: this.follower.current(), minPosition },
-          ),
-        );
-      }, this.config.readWaitMs);
-      this.waiters.add(waiter);
-    });
+    try {
+      await this.follower.waitFor(minPosition, this.config.readWaitMs);
+    } catch (error) {
+      if (!(error instanceof PositionNotReachedError)) throw error;
+      throw new ApiError(
+        503,
+        'projection_behind',
+        `the client surface has not reached position ${minPosition} within ${this.config.readWaitMs} ms; retry`,
+        undefined,
+        { position: error.position, minPosition },
+      );
+    }
   }
 
   /** Waits until everything recorded so far is folded in: for decisions that must not lag. */
