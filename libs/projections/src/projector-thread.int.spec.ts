@@ -71,12 +71,18 @@ function setUp(name: string) {
     readModelsFile,
     options: {},
   };
-  return { log: new Log(store), store, readModels, data };
+  /** Stops the projector, then closes this thread's connections. */
+  const close = async (projector: ProjectorThread) => {
+    await projector.stop();
+    await store.close();
+    readModels.close();
+  };
+  return { log: new Log(store), store, readModels, data, close };
 }
 
 describe('ProjectorThread', () => {
   it('folds appends made on this thread in its worker; this thread reads them once waitFor resolves', async () => {
-    const { log, store, readModels, data } = setUp('live');
+    const { log, store, readModels, data, close } = setUp('live');
     const { seen, observer } = recorder();
     const projector = new ProjectorThread(store, data, readModels.checkpoint(), observer);
     projector.start();
@@ -96,14 +102,12 @@ describe('ProjectorThread', () => {
       expect(seen.committed.at(-1)).toBe(projector.current());
       expect(seen.failures).toEqual([]);
     } finally {
-      await projector.stop();
-      await store.close();
-      readModels.close();
+      await close(projector);
     }
   }, 60_000);
 
   it('answers ProjectionBehindError for a position the log has not reached, after the timeout', async () => {
-    const { log, store, readModels, data } = setUp('behind');
+    const { log, store, readModels, data, close } = setUp('behind');
     const { seen, observer } = recorder();
     const projector = new ProjectorThread(store, data, readModels.checkpoint(), observer);
     projector.start();
@@ -115,14 +119,12 @@ describe('ProjectorThread', () => {
       );
       expect(seen.failures).toEqual([]);
     } finally {
-      await projector.stop();
-      await store.close();
-      readModels.close();
+      await close(projector);
     }
   }, 60_000);
 
   it('stops its worker, and a new one resumes from the checkpoint without folding anything twice', async () => {
-    const { log, store, readModels, data } = setUp('restart');
+    const { log, store, readModels, data, close } = setUp('restart');
     const first = recorder();
     const projector = new ProjectorThread(store, data, readModels.checkpoint(), first.observer);
     projector.start();
@@ -147,14 +149,12 @@ describe('ProjectorThread', () => {
       expect(ids).toEqual(['m0', 'm1', 'm2', 'm3']);
       expect([...first.seen.failures, ...second.seen.failures]).toEqual([]);
     } finally {
-      await resumed.stop();
-      await store.close();
-      readModels.close();
+      await close(resumed);
     }
   }, 60_000);
 
   it('reports a worker that cannot open its read models as failed', async () => {
-    const { store, readModels, data } = setUp('broken');
+    const { store, data, close } = setUp('broken');
     const { seen, observer } = recorder();
     const broken = { ...data, readModelsFile: join(root, 'no-such-dir', 'read-models.db') };
     const projector = new ProjectorThread(store, broken, 0, observer);
@@ -167,9 +167,7 @@ describe('ProjectorThread', () => {
       );
       await expect(projector.waitFor(1, 100)).rejects.toBeInstanceOf(ProjectionBehindError);
     } finally {
-      await projector.stop();
-      await store.close();
-      readModels.close();
+      await close(projector);
     }
   }, 60_000);
 });
