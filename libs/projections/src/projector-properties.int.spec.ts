@@ -4,6 +4,10 @@
  * committing in batches of random sizes; then the read models are rebuilt from scratch into a
  * fresh store. The stored thread and the thread list are the same both ways, and equal the
  * pure fold of the events as the log recorded them.
+ *
+ * What the writer keeps of its threads between commits varies too: everything, nothing (a
+ * budget of a few bytes), and a restart part-way through the live projection, after which
+ * the thread is known only by its stored rows.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -52,29 +56,47 @@ describe('the projector over a real log (property)', () => {
         fc.integer({ min: 1, max: 8 }),
         fc.integer({ min: 1, max: 50 }),
         fc.array(fc.boolean(), { minLength: 1, maxLength: 16 }),
-        async (events: ProjectedEvent[], liveBatch, rebuildBatch, pauses) => {
+        fc.constantFrom(undefined, 1),
+        fc.double({ min: 0, max: 1, noNaN: true }),
+        async (
+          events: ProjectedEvent[],
+          liveBatch,
+          rebuildBatch,
+          pauses,
+          writerCacheBytes,
+          restartAt,
+        ) => {
           sample += 1;
           const log = new SqliteEventStore({
             file: join(dir, `events-${sample}.db`),
             synchronous: 'NORMAL',
           });
-          const live = new ReadModelStore(join(dir, `live-${sample}.db`));
-          const rebuilt = new ReadModelStore(join(dir, `rebuilt-${sample}.db`));
+          const liveFile = join(dir, `live-${sample}.db`);
+          let live = new ReadModelStore(liveFile, { writerCacheBytes });
+          const rebuilt = new ReadModelStore(join(dir, `rebuilt-${sample}.db`), {
+            writerCacheBytes,
+          });
+          const split = Math.floor(restartAt * events.length);
+          const appendAll = (from: number, to: number) => async () => {
+            let head = 0;
+            for (const [i, event] of events.slice(from, to).entries()) {
+              const { id, type, data, metadata } = event;
+              const runId = metadata.runId as string;
+              const tenantId = metadata.tenantId as string;
+              head = (await log.append(runStream(tenantId, runId), [{ id, type, data, metadata }]))
+                .position;
+              // Now and then the projector gets a turn of the event loop mid-sequence.
+              if (pauses[i % pauses.length]) await new Promise((r) => setImmediate(r));
+            }
+            return head;
+          };
           try {
-            await project(log, live, liveBatch, async () => {
-              let head = 0;
-              for (const [i, event] of events.entries()) {
-                const { id, type, data, metadata } = event;
-                const runId = metadata.runId as string;
-                const tenantId = metadata.tenantId as string;
-                head = (
-                  await log.append(runStream(tenantId, runId), [{ id, type, data, metadata }])
-                ).position;
-                // Now and then the projector gets a turn of the event loop mid-sequence.
-                if (pauses[i % pauses.length]) await new Promise((r) => setImmediate(r));
-              }
-              return head;
-            });
+            if (split > 0) {
+              await project(log, live, liveBatch, appendAll(0, split));
+              live.close();
+              live = new ReadModelStore(liveFile, { writerCacheBytes });
+            }
+            await project(log, live, liveBatch, appendAll(split, events.length));
             const head = await log.headPosition();
             await project(log, rebuilt, rebuildBatch, async () => head);
 

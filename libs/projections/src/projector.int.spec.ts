@@ -1,8 +1,15 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { receiptStream, runStream, sealBatch, type ThreadState } from '@runledger/domain';
+import {
+  applyToRows,
+  receiptStream,
+  runStream,
+  sealBatch,
+  type ThreadState,
+} from '@runledger/domain';
 import { SqliteEventStore } from '@runledger/event-store';
+import { TENANT, THREAD, ThreadLog } from '../../domain/src/projections/testing/thread-events';
 import { Projector } from './projector';
 import { ReadModelStore } from './read-model.store';
 
@@ -112,6 +119,35 @@ describe('the projector', () => {
       await projector.stop();
       readModels.close();
       await log.close();
+    }
+  });
+});
+
+describe('the threads the writer keeps between commits', () => {
+  it('are what was committed: a batch that is never committed leaves no trace in them', () => {
+    const readModels = new ReadModelStore(join(dir, 'kept-read-models.db'));
+    const log = new ThreadLog();
+    try {
+      const first = readModels.openThread(TENANT, THREAD);
+      applyToRows(first, log.runStarted('r1'));
+      applyToRows(first, log.toolStarted('r1', 'call-1', 'lookup_order', { id: 1 }));
+      readModels.commit([first], 2);
+      const committed = readModels.head(TENANT, THREAD)!.header;
+
+      // The next batch folds and then fails before its commit.
+      const failed = readModels.openThread(TENANT, THREAD);
+      applyToRows(failed, log.toolFinished('r1', 'call-1'));
+      applyToRows(failed, log.message('r1', 'm1', 'assistant', 'done'));
+
+      const retried = readModels.openThread(TENANT, THREAD);
+      expect(retried).not.toBe(failed);
+      expect(retried.header).toEqual(committed);
+      expect(retried.messageAt('m1')).toBeUndefined();
+      expect(retried.part(retried.tool('r1', 'call-1')!)).toMatchObject({
+        state: 'input-available',
+      });
+    } finally {
+      readModels.close();
     }
   });
 });

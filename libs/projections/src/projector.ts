@@ -17,7 +17,7 @@ import {
   type ProcessorObserver,
   type RecordedEvent,
 } from '@runledger/event-store';
-import type { ReadModelStore, StoredThreadRows } from './read-model.store';
+import { threadKey, type ReadModelStore, type StoredThreadRows } from './read-model.store';
 
 export type ProjectorObserver = ProcessorObserver;
 
@@ -101,7 +101,7 @@ export class Projector implements BatchHandler {
       const event = toProjected(recorded);
       const owner = threadOf(event);
       if (owner !== null) {
-        const key = `${owner.tenantId}\u0000${owner.threadId}`;
+        const key = threadKey(owner.tenantId, owner.threadId);
         let rows = touched.get(key);
         if (rows === undefined) {
           rows = this.readModels.openThread(owner.tenantId, owner.threadId);

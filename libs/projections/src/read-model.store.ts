@@ -14,6 +14,11 @@
  *   log's size and the rebuild a third slower;
  * - `thread_approvals`: which tool part an approval was requested for.
  * Messages are numbered in thread order (`seq`), which is what pages and cursors use.
+ *
+ * The projector is the one writer, so between its commits it keeps the threads it folded
+ * (least recently used dropped first, bounded in bytes): their headers, last messages, open
+ * tool parts and lookups. A thread it created itself has every row in memory, so a lookup
+ * that misses there (a new tool call, a new message id) misses without asking SQLite.
  */
 import { Checkpoints } from '@runledger/event-store';
 import Database, { type Database as Db } from 'better-sqlite3';
@@ -106,6 +111,14 @@ const TABLES = ['threads', 'thread_messages', 'thread_parts', 'thread_approvals'
 /** SQLite's page cache for this file, in KiB: the store's memory is bounded in bytes. */
 const PAGE_CACHE_KIB = 32 * 1024;
 
+/** What the writer keeps of the threads it folded, between commits. */
+const WRITER_CACHE_BYTES = 32 * 1024 * 1024;
+
+export interface ReadModelStoreOptions {
+  /** Bytes of threads the writer keeps between commits (about): 0 keeps none. */
+  writerCacheBytes?: number;
+}
+
 /** A row of the thread list: the thread's summary as the fold defines it. */
 export type ThreadListItem = ThreadSummary;
 
@@ -165,8 +178,9 @@ export class ReadModelStore {
   private readonly checkpoints: Checkpoints;
   private readonly statements: ReturnType<typeof prepare>;
   private readonly commitTx: (threads: readonly StoredThreadRows[], position: number) => void;
+  private readonly written: WrittenThreads;
 
-  constructor(file: string) {
+  constructor(file: string, options: ReadModelStoreOptions = {}) {
     this.db = new Database(file);
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
@@ -179,6 +193,7 @@ export class ReadModelStore {
     this.db.exec(SCHEMA);
     this.checkpoints = new Checkpoints(this.db);
     this.statements = prepare(this.db);
+    this.written = new WrittenThreads(options.writerCacheBytes ?? WRITER_CACHE_BYTES);
     this.commitTx = this.db.transaction(
       (threads: readonly StoredThreadRows[], position: number) => {
         for (const thread of threads) thread.write();
@@ -189,15 +204,24 @@ export class ReadModelStore {
 
   /**
    * The thread's rows for the fold to read and change; nothing is written until `commit`.
-   * Open each thread once per commit: the rows remember what the fold changed.
+   * Open each thread once per commit: the rows remember what the fold changed. They come
+   * from what the last commits kept when they can, else from the header row.
    */
   openThread(tenantId: string, threadId: string): StoredThreadRows {
-    return new StoredThreadRows(this.statements, tenantId, threadId, this.head(tenantId, threadId));
+    return (
+      this.written.take(tenantId, threadId) ??
+      new StoredThreadRows(this.statements, tenantId, threadId, this.head(tenantId, threadId))
+    );
   }
 
-  /** The fold's changes to the threads, and the checkpoint, in one transaction. */
+  /**
+   * The fold's changes to the threads, and the checkpoint, in one transaction. Only once it
+   * commits are the threads kept for the next batch: a batch that fails (here or in its fold)
+   * leaves nothing in memory that the file does not hold.
+   */
   commit(threads: readonly StoredThreadRows[], position: number): void {
     this.commitTx(threads, position);
+    for (const thread of threads) this.written.keep(thread);
   }
 
   head(tenantId: string, threadId: string): ThreadHead | null {
@@ -351,6 +375,7 @@ export class ReadModelStore {
 
   /** Drops every read model and the checkpoint: the next projection pass is a rebuild. */
   clear(): void {
+    this.written.clear();
     this.db.transaction(() => {
       for (const table of TABLES) this.db.exec(`DELETE FROM ${table}`);
     })();
@@ -500,6 +525,51 @@ interface BufferedPart {
   runId: string | null;
   body: UIMessagePart;
   dirty: boolean;
+  /** Length of the body's JSON when it was last written. */
+  bytes: number;
+}
+
+/** About what one lookup entry or kept message costs in memory (key, value, map slot). */
+const ENTRY_BYTES = 160;
+
+/** The threads the writer committed, kept for its next batches: least recently used leave first. */
+class WrittenThreads {
+  private readonly threads = new Map<string, { rows: StoredThreadRows; bytes: number }>();
+  private bytes = 0;
+
+  constructor(private readonly budget: number) {}
+
+  /** The thread's rows, if kept; they leave the cache until they are committed again. */
+  take(tenantId: string, threadId: string): StoredThreadRows | undefined {
+    const key = threadKey(tenantId, threadId);
+    const kept = this.threads.get(key);
+    if (kept === undefined) return undefined;
+    this.threads.delete(key);
+    this.bytes -= kept.bytes;
+    return kept.rows;
+  }
+
+  keep(rows: StoredThreadRows): void {
+    const bytes = rows.trim();
+    if (bytes > this.budget) return;
+    this.threads.set(threadKey(rows.tenantId, rows.threadId), { rows, bytes });
+    this.bytes += bytes;
+    for (const [key, oldest] of this.threads) {
+      if (this.bytes <= this.budget) break;
+      this.threads.delete(key);
+      this.bytes -= oldest.bytes;
+    }
+  }
+
+  clear(): void {
+    this.threads.clear();
+    this.bytes = 0;
+  }
+}
+
+/** One thread's key among every tenant's threads. */
+export function threadKey(tenantId: string, threadId: string): string {
+  return `${tenantId}\u0000${threadId}`;
 }
 
 /**
@@ -518,13 +588,20 @@ export class StoredThreadRows implements ThreadRows {
   private readonly tools = new Map<string, ToolLocation | null>();
   private readonly approvals = new Map<string, { runId: string; toolCallId: string } | null>();
   private readonly linkedApprovals = new Set<string>();
+  /**
+   * Whether every row of the thread is known here: true for a thread with no header row when
+   * opened (this writer created it), so a lookup that misses here misses in the store too.
+   */
+  private readonly complete: boolean;
+  private headerBytes = 0;
 
   constructor(
     private readonly statements: Statements,
-    private readonly tenantId: string,
-    private readonly threadId: string,
+    readonly tenantId: string,
+    readonly threadId: string,
     head: ThreadHead | null,
   ) {
+    this.complete = head === null;
     this.header = head?.header ?? emptyHeader(tenantId, threadId);
     this.messageCount = head?.messageCount ?? 0;
     this.counts = countRuns(this.header.runs);
@@ -543,7 +620,7 @@ export class StoredThreadRows implements ThreadRows {
 
   messageAt(id: string): number | undefined {
     let seq = this.messageIds.get(id);
-    if (seq === undefined) {
+    if (seq === undefined && !this.complete) {
       seq = this.statements.messageSeqById.get(this.tenantId, this.threadId, id)?.seq ?? null;
       this.messageIds.set(id, seq);
     }
@@ -593,7 +670,7 @@ export class StoredThreadRows implements ThreadRows {
     if (body.type === 'text' && message.textPart === -1) message.textPart = location.part;
     message.dirty = true;
     const runId = isToolPart(body) ? (message.metadata?.runId ?? '') : null;
-    this.parts.set(partKey(location), { location, runId, body, dirty: true });
+    this.parts.set(partKey(location), { location, runId, body, dirty: true, bytes: 0 });
     if (isToolPart(body) && runId !== null) {
       const key = toolKey(runId, body.toolCallId);
       if (this.tools.get(key) == null) {
@@ -612,7 +689,7 @@ export class StoredThreadRows implements ThreadRows {
   tool(runId: string, toolCallId: string): ToolLocation | undefined {
     const key = toolKey(runId, toolCallId);
     let location = this.tools.get(key);
-    if (location === undefined) {
+    if (location === undefined && !this.complete) {
       const row = this.statements.toolLocation.get(this.tenantId, this.threadId, runId, toolCallId);
       location = row ? { message: row.seq, part: row.part, runId, toolCallId } : null;
       this.tools.set(key, location);
@@ -640,12 +717,12 @@ export class StoredThreadRows implements ThreadRows {
 
   approvalTool(approvalId: string): ToolLocation | undefined {
     let link = this.approvals.get(approvalId);
-    if (link === undefined) {
+    if (link === undefined && !this.complete) {
       const row = this.statements.approval.get(this.tenantId, this.threadId, approvalId);
       link = row ? { runId: row.run_id, toolCallId: row.tool_call_id } : null;
       this.approvals.set(approvalId, link);
     }
-    return link === null ? undefined : this.tool(link.runId, link.toolCallId);
+    return link == null ? undefined : this.tool(link.runId, link.toolCallId);
   }
 
   linkApproval(approvalId: string, runId: string, toolCallId: string): void {
@@ -656,6 +733,8 @@ export class StoredThreadRows implements ThreadRows {
   /** Writes the rows the fold changed; call inside the store's commit transaction. */
   write(): void {
     const { tenantId, threadId, header } = this;
+    const headerJson = JSON.stringify(header);
+    this.headerBytes = headerJson.length;
     this.statements.upsertHead.run(
       tenantId,
       threadId,
@@ -665,7 +744,7 @@ export class StoredThreadRows implements ThreadRows {
       header.pendingApprovals.length,
       header.position,
       this.messageCount,
-      JSON.stringify(header),
+      headerJson,
     );
     for (const message of this.messages.values()) {
       if (!message.dirty) continue;
@@ -697,6 +776,7 @@ export class StoredThreadRows implements ThreadRows {
         json,
       );
       part.dirty = false;
+      part.bytes = json.length;
     }
     for (const approvalId of this.linkedApprovals) {
       const link = this.approvals.get(approvalId);
@@ -711,6 +791,31 @@ export class StoredThreadRows implements ThreadRows {
       }
     }
     this.linkedApprovals.clear();
+  }
+
+  /**
+   * After `write`: keeps what the next batches' folds read (the header, the last message, the
+   * parts of tool calls still open, every lookup) and drops the rest; answers about how many
+   * bytes are kept.
+   */
+  trim(): number {
+    const last = this.messageCount - 1;
+    for (const seq of this.messages.keys()) {
+      if (seq !== last) this.messages.delete(seq);
+    }
+    let partBytes = 0;
+    for (const [key, part] of this.parts) {
+      if (isOpenToolPart(part.body)) partBytes += part.bytes;
+      else this.parts.delete(key);
+    }
+    const entries =
+      this.runs.size +
+      this.messages.size +
+      this.messageIds.size +
+      this.parts.size +
+      this.tools.size +
+      this.approvals.size;
+    return this.headerBytes + partBytes + entries * ENTRY_BYTES;
   }
 
   private message(seq: number): BufferedMessage {
@@ -754,7 +859,7 @@ export class StoredThreadRows implements ThreadRows {
       const runId = isToolPart(body)
         ? (this.message(location.message).metadata?.runId ?? '')
         : null;
-      part = { location: { ...location }, runId, body, dirty: false };
+      part = { location: { ...location }, runId, body, dirty: false, bytes: row.body.length };
       this.parts.set(key, part);
     }
     return part;
