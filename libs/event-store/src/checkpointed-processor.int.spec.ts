@@ -86,6 +86,34 @@ describe('CheckpointedProcessor', () => {
     expect(ticks).toBeGreaterThan(0);
   });
 
+  it('with minIntervalMs, handles the first event after a quiet spell at once and gathers the trickle after it', async () => {
+    const log = openLog();
+    const recorder = new Recorder();
+    const processor = new CheckpointedProcessor(log, recorder, quiet, {
+      streamPrefix: 'run-',
+      minIntervalMs: 60_000,
+    });
+    processor.start();
+    try {
+      const first = await append(log, 'run-a', 1);
+      // At once: not a minute later.
+      await processor.waitFor(first, 5_000);
+      const trickle: number[] = [];
+      for (let i = 0; i < 20; i += 1) {
+        trickle.push(await append(log, 'run-a', 1));
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      await expect(processor.waitFor(trickle[0], 300)).rejects.toBeInstanceOf(
+        PositionNotReachedError,
+      );
+    } finally {
+      // Stopping handles what was gathered, without waiting out the interval.
+      await processor.stop();
+      await log.close();
+    }
+    expect(recorder.batchSizes).toEqual([1, 20]);
+  });
+
   it('starts after the handler checkpoint: a restart repeats nothing', async () => {
     const log = openLog();
     const first = await append(log, 'run-a', 40);

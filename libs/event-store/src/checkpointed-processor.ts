@@ -44,6 +44,13 @@ export interface ProcessorOptions {
   /** Longest a batch gathers before it is handled, so readers see progress while catching up. */
   maxBatchMs?: number;
   /**
+   * Shortest time from one batch's handling to the next one's while events keep coming one by
+   * one: under a steady trickle a batch gathers this long and is handled once, where it would
+   * otherwise be handled (and committed) almost per event. The first event after a quiet
+   * spell is handled at once; full batches never wait.
+   */
+  minIntervalMs?: number;
+  /**
    * Waits before resubscribing after the subscription failed, the last repeated; without
    * them a failed subscription stops the processor.
    */
@@ -67,6 +74,7 @@ export class CheckpointedProcessor {
   private running: Promise<void> | null = null;
   private batch: RecordedEvent[] = [];
   private batchStartedAt = 0;
+  private lastFlushAt = 0;
   private handling: Promise<void> = Promise.resolve();
   /** Batches queued or being handled. */
   private pending = 0;
@@ -74,11 +82,13 @@ export class CheckpointedProcessor {
   private restarting = false;
   private stopping = new AbortController();
   private idleScheduled = false;
+  private intervalTimer: NodeJS.Timeout | null = null;
   private yielding = false;
   private failure: unknown = null;
   private readonly gate: PositionGate;
   private readonly batchSize: number;
   private readonly maxBatchMs: number;
+  private readonly minIntervalMs: number;
   private readonly batchesAhead: number;
 
   constructor(
@@ -89,6 +99,7 @@ export class CheckpointedProcessor {
   ) {
     this.batchSize = options.batchSize ?? 1000;
     this.maxBatchMs = options.maxBatchMs ?? 100;
+    this.minIntervalMs = options.minIntervalMs ?? 0;
     this.batchesAhead = options.batchesAhead ?? 0;
     this.gate = new PositionGate(log, options.streamPrefix, handler.checkpoint());
   }
@@ -114,6 +125,12 @@ export class CheckpointedProcessor {
     this.stopped = true;
     this.stopping.abort(new Error('the processor is stopping'));
     this.wakeRetry?.();
+    if (this.intervalTimer !== null) {
+      // stop() handles the gathered batch itself, now.
+      clearTimeout(this.intervalTimer);
+      this.intervalTimer = null;
+      this.idleScheduled = false;
+    }
     await this.subscription?.close();
     await this.running;
     this.subscription = null;
@@ -230,12 +247,21 @@ export class CheckpointedProcessor {
   private scheduleIdleFlush(): void {
     if (this.idleScheduled) return;
     this.idleScheduled = true;
-    setImmediate(() => {
+    const flush = () => {
       this.idleScheduled = false;
       // Our own yield is not quiet: look again after it, or the batch would wait for the next event.
       if (this.yielding) this.scheduleIdleFlush();
       else void this.flush();
-    });
+    };
+    const wait = this.lastFlushAt + this.minIntervalMs - Date.now();
+    if (wait > 0) {
+      this.intervalTimer = setTimeout(() => {
+        this.intervalTimer = null;
+        flush();
+      }, wait);
+    } else {
+      setImmediate(flush);
+    }
   }
 
   /** Queues the gathered batch behind the one being handled; resolves when it is handled. */
@@ -243,6 +269,7 @@ export class CheckpointedProcessor {
     if (this.batch.length === 0) return this.handling;
     const batch = this.batch;
     this.batch = [];
+    this.lastFlushAt = Date.now();
     this.pending += 1;
     this.handling = this.handling
       .then(() => this.handleBatch(batch))

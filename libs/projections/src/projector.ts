@@ -28,6 +28,12 @@ export interface ProjectorOptions {
   maxBatchMs?: number;
   /** Longest the fold runs before it yields the event loop. */
   sliceMs?: number;
+  /**
+   * Shortest time between two commits while appends keep coming: each commit rewrites the
+   * header rows and index pages it touches, so under steady load a commit per few events
+   * cost more than all the folding (see CheckpointedProcessor's `minIntervalMs`).
+   */
+  minIntervalMs?: number;
 }
 
 export class ProjectionBehindError extends Error {
@@ -65,6 +71,7 @@ export class Projector implements BatchHandler {
       streamPrefix: RUN_STREAM_PREFIX,
       batchSize: options.batchSize ?? 1000,
       maxBatchMs: options.maxBatchMs ?? 100,
+      minIntervalMs: options.minIntervalMs ?? 50,
     });
   }
 
