@@ -86,12 +86,13 @@ describe('CheckpointedProcessor', () => {
     expect(ticks).toBeGreaterThan(0);
   });
 
-  it('with minIntervalMs, handles the first event after a quiet spell at once and gathers the trickle after it', async () => {
+  it('gathering: the first event after a quiet spell is handled at once, the trickle after it waits for the interval', async () => {
     const log = openLog();
     const recorder = new Recorder();
     const processor = new CheckpointedProcessor(log, recorder, quiet, {
       streamPrefix: 'run-',
-      minIntervalMs: 60_000,
+      // Any rate counts as load here, and the interval outlasts the test.
+      gather: { eventsPerSecond: 0, intervalMs: 60_000 },
     });
     processor.start();
     try {
@@ -112,6 +113,43 @@ describe('CheckpointedProcessor', () => {
       await log.close();
     }
     expect(recorder.batchSizes).toEqual([1, 20]);
+  });
+
+  it('gathering starts only once events arrive faster than its rate, and light traffic never waits', async () => {
+    const log = openLog();
+    const recorder = new Recorder();
+    const processor = new CheckpointedProcessor(log, recorder, quiet, {
+      streamPrefix: 'run-',
+      gather: { eventsPerSecond: 20, intervalMs: 500 },
+    });
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const oneByOne = async (n: number) => {
+      let last = 0;
+      for (let i = 0; i < n; i += 1) last = await append(log, 'run-a', 1);
+      return last;
+    };
+    processor.start();
+    try {
+      // Light: one event every 600 ms, each handled well within the interval.
+      for (let i = 0; i < 3; i += 1) {
+        await processor.waitFor(await oneByOne(1), 400);
+        await sleep(600);
+      }
+      const light = recorder.batchSizes.length;
+      // A burst: the window it falls in was quiet, so its events are handled as they come.
+      await processor.waitFor(await oneByOne(30), 5_000);
+      const burst = recorder.batchSizes.length - light;
+      // The window after the burst measures its rate: from here on batches gather.
+      await sleep(500);
+      await processor.waitFor(await oneByOne(15), 5_000);
+      const loaded = recorder.batchSizes.length - light - burst;
+      expect(light).toBe(3);
+      expect(burst).toBeGreaterThanOrEqual(10);
+      expect(loaded).toBeLessThanOrEqual(3);
+    } finally {
+      await processor.stop();
+      await log.close();
+    }
   });
 
   it('starts after the handler checkpoint: a restart repeats nothing', async () => {

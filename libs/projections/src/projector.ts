@@ -11,10 +11,12 @@
 import { RUN_STREAM_PREFIX, applyToRows, threadOf, type ProjectedEvent } from '@runledger/domain';
 import {
   CheckpointedProcessor,
+  GATHER_UNDER_LOAD,
   PositionNotReachedError,
   type BatchHandler,
   type EventStoreReader,
   type ProcessorObserver,
+  type ProcessorOptions,
   type RecordedEvent,
 } from '@runledger/event-store';
 import { threadKey, type ReadModelStore, type StoredThreadRows } from './read-model.store';
@@ -28,12 +30,8 @@ export interface ProjectorOptions {
   maxBatchMs?: number;
   /** Longest the fold runs before it yields the event loop. */
   sliceMs?: number;
-  /**
-   * Shortest time between two commits while appends keep coming: each commit rewrites the
-   * header rows and index pages it touches, so under steady load a commit per few events
-   * cost more than all the folding (see CheckpointedProcessor's `minIntervalMs`).
-   */
-  minIntervalMs?: number;
+  /** Gathering under steady load (CheckpointedProcessor's `gather`); null handles every event at once. */
+  gather?: ProcessorOptions['gather'] | null;
 }
 
 export class ProjectionBehindError extends Error {
@@ -71,7 +69,7 @@ export class Projector implements BatchHandler {
       streamPrefix: RUN_STREAM_PREFIX,
       batchSize: options.batchSize ?? 1000,
       maxBatchMs: options.maxBatchMs ?? 100,
-      minIntervalMs: options.minIntervalMs ?? 50,
+      gather: options.gather === undefined ? GATHER_UNDER_LOAD : (options.gather ?? undefined),
     });
   }
 

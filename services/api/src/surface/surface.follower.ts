@@ -18,6 +18,7 @@ import {
 } from '@runledger/domain';
 import {
   CheckpointedProcessor,
+  GATHER_UNDER_LOAD,
   type BatchHandler,
   type EventStoreReader,
   type RecordedEvent,
@@ -32,11 +33,7 @@ export interface SurfaceObserver {
 
 /** Events folded per transaction at most. */
 const BATCH_SIZE = 1000;
-/**
- * Shortest time between two commits while appends keep coming: this follower folds and
- * commits on the HTTP event loop, and a commit per few events cost more than the folding.
- */
-const MIN_INTERVAL_MS = 50;
+
 /** Notification fold states kept parsed between batches. */
 const CACHE_SIZE = 2000;
 
@@ -66,7 +63,8 @@ export class SurfaceFollower implements BatchHandler {
           this.observer.failed(error, position);
         },
       },
-      { batchSize: BATCH_SIZE, minIntervalMs: MIN_INTERVAL_MS },
+      // It folds and commits on the HTTP event loop: under load, fewer and larger commits.
+      { batchSize: BATCH_SIZE, gather: GATHER_UNDER_LOAD },
     );
   }
 
