@@ -18,6 +18,7 @@ import {
 import { BindingsService, channelKeyOf } from '../bindings/bindings.service';
 import { ChannelKeyBody } from '../bindings/binding-bodies';
 import { ApiError } from '../http/api-error';
+import { refusalToApiError } from '../http/refusals';
 import type { ClientCaller } from '../http/caller';
 import { validateBody } from '../http/validate-body';
 import { RunLogService } from '../runs/run-log.service';
@@ -28,7 +29,7 @@ import { PromptBody } from './prompt-body';
 export const DEFAULT_PROMPT_AGENT = 'assistant';
 /** A prompt that loses a race re-reads the thread and decides again, this often. */
 const MAX_ATTEMPTS = 3;
-/** The run log's refusals that mean "the thread changed under us": decide again. */
+/** The run log's refusals (by HTTP code) that mean "the thread changed under us": decide again. */
 const RACES = new Set([
   'turn_already_active',
   'run_finished',
@@ -105,7 +106,9 @@ export class PromptService {
           position: result.position,
         };
       } catch (error) {
-        const raced = error instanceof ApiError && RACES.has(error.error);
+        // The run log refuses in the domain's terms (RefusedError, the store's revision
+        // conflict); their HTTP codes name the race.
+        const raced = RACES.has(refusalToApiError(error)?.error ?? '');
         if (!raced || attempt >= MAX_ATTEMPTS) throw error;
       }
     }
