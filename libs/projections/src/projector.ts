@@ -6,7 +6,8 @@
  *
  * Folding is sliced by time: the fold gives the event loop back every few milliseconds, and
  * a batch is small enough that its one commit is short, so HTTP requests are never held
- * behind a catch-up for more than a slice.
+ * behind a catch-up for more than a slice. Under steady load the processor gathers batches
+ * (GATHER_UNDER_LOAD), so commits come at most every 50 ms rather than every few events.
  */
 import { RUN_STREAM_PREFIX, applyToRows, threadOf, type ProjectedEvent } from '@runledger/domain';
 import {
@@ -16,7 +17,6 @@ import {
   type BatchHandler,
   type EventStoreReader,
   type ProcessorObserver,
-  type ProcessorOptions,
   type RecordedEvent,
 } from '@runledger/event-store';
 import { threadKey, type ReadModelStore, type StoredThreadRows } from './read-model.store';
@@ -30,8 +30,6 @@ export interface ProjectorOptions {
   maxBatchMs?: number;
   /** Longest the fold runs before it yields the event loop. */
   sliceMs?: number;
-  /** Gathering under steady load (CheckpointedProcessor's `gather`); null handles every event at once. */
-  gather?: ProcessorOptions['gather'] | null;
 }
 
 export class ProjectionBehindError extends Error {
@@ -69,7 +67,7 @@ export class Projector implements BatchHandler {
       streamPrefix: RUN_STREAM_PREFIX,
       batchSize: options.batchSize ?? 1000,
       maxBatchMs: options.maxBatchMs ?? 100,
-      gather: options.gather === undefined ? GATHER_UNDER_LOAD : (options.gather ?? undefined),
+      gather: GATHER_UNDER_LOAD,
     });
   }
 

@@ -33,7 +33,6 @@ export interface SurfaceObserver {
 
 /** Events folded per transaction at most. */
 const BATCH_SIZE = 1000;
-
 /** Notification fold states kept parsed between batches. */
 const CACHE_SIZE = 2000;
 
