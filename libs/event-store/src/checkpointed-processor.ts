@@ -63,10 +63,10 @@ export interface ProcessorOptions {
 }
 
 /**
- * The gathering of the followers that commit to SQLite (the projector, the client surface):
- * from 1,000 events/s on, a commit at most every 50 ms. A commit rewrites the header rows and
- * index pages it touches, so at a commit per few events the commits cost more than the
- * folding; below that rate nothing waits.
+ * The projector's gathering: from 1,000 events/s on, a commit at most every 50 ms. A commit
+ * rewrites the header rows and index pages it touches, so at a commit per few events the
+ * commits cost more than the folding; below that rate nothing waits. Not for a follower that
+ * handles its batches on the HTTP event loop: a gathered batch is one longer stretch there.
  */
 export const GATHER_UNDER_LOAD = Object.freeze({ eventsPerSecond: 1000, intervalMs: 50 });
 

@@ -18,7 +18,6 @@ import {
 } from '@runledger/domain';
 import {
   CheckpointedProcessor,
-  GATHER_UNDER_LOAD,
   type BatchHandler,
   type EventStoreReader,
   type RecordedEvent,
@@ -62,8 +61,7 @@ export class SurfaceFollower implements BatchHandler {
           this.observer.failed(error, position);
         },
       },
-      // It folds and commits on the HTTP event loop: under load, fewer and larger commits.
-      { batchSize: BATCH_SIZE, gather: GATHER_UNDER_LOAD },
+      { batchSize: BATCH_SIZE },
     );
   }
 
