@@ -204,6 +204,10 @@ function isHighSurrogate(code: number): boolean {
   return code >= 0xd800 && code <= 0xdbff;
 }
 
+function isLowSurrogate(code: number): boolean {
+  return code >= 0xdc00 && code <= 0xdfff;
+}
+
 /** The first `n` UTF-16 code units, one less when the cut would split a surrogate pair. */
 function cutChars(text: string, n: number): string {
   if (text.length <= n) return text;
@@ -364,7 +368,15 @@ class TextItem implements Reducible {
     let inner = 0;
     for (let start = 0; start < text.length;) {
       let end = Math.min(text.length, start + CHUNK_CHARS);
-      if (end < text.length && isHighSurrogate(text.charCodeAt(end - 1))) end += 1;
+      // A pair that straddles the cut stays whole; a lone high surrogate before it does not
+      // pull the next character (perhaps the first half of a pair) into this chunk.
+      if (
+        end < text.length &&
+        isHighSurrogate(text.charCodeAt(end - 1)) &&
+        isLowSurrogate(text.charCodeAt(end))
+      ) {
+        end += 1;
+      }
       chunks.starts.push(start);
       chunks.before.push(inner);
       inner += jsonBytes(text.slice(start, end)) - 2;

@@ -214,6 +214,27 @@ const limit = fc.oneof(
   fc.integer({ min: MIN_LIMIT_BYTES, max: 512 * 1024 }),
 );
 
+describe('gateEvent: a text longer than one measuring chunk (16,384 characters)', () => {
+  it('keeps a message clamped, not dropped, when a chunk ends on a lone high surrogate before a pair', () => {
+    // Given a text whose first chunk ends on a lone high surrogate, a whole pair right after
+    // it: measured as two lone halves, the pair cost 8 bytes more than it does, a pass that
+    // did not fit looked as if it did, and the gate fell back to dropping every message.
+    const text = `${'x'.repeat(16_383)}\ud83d\ud800\udc00a\ud83d`;
+    const event = eventOf('model.call', {
+      callId: 'c',
+      model: 'm',
+      messages: [{ role: 'system', content: [{ type: 'text', text }] }],
+    });
+
+    // When it is gated to the smallest limit
+    const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+    // Then the message is kept, its text clamped
+    expectRecordable(result, MIN_LIMIT_BYTES);
+    expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
+  });
+});
+
 describe('gateEvent: model.call (properties)', () => {
   it('always fits, passes validateEvent, keeps a suffix of the messages and says exactly what it did', () => {
     fc.assert(
