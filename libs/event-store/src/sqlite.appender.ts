@@ -62,7 +62,8 @@ export function refusalError(refusal: Refusal): Error {
     : new EventIdConflictError(refusal.stream, refusal.eventId, refusal.detail);
 }
 
-interface RecordedRow {
+/** A recorded event's row as the idempotency check reads it; the readers' rows add the rest. */
+export interface RecordedRow {
   position: number;
   stream: string;
   revision: number;

@@ -31,6 +31,7 @@ import {
   type AppendOutcome,
   type AppendRequest,
   type FromWriter,
+  type RecordedRow,
   type SerializedEvent,
   type SqliteSynchronous,
   type ToWriter,
@@ -55,13 +56,7 @@ export interface SqliteEventStoreOptions {
   writer?: SqliteWriter;
 }
 
-interface EventRow {
-  position: number;
-  stream: string;
-  revision: number;
-  id: string;
-  type: string;
-  data: string;
+interface EventRow extends RecordedRow {
   metadata: string;
   recorded_at: string;
 }
