@@ -39,3 +39,22 @@ export class ApiError extends Error {
     };
   }
 }
+
+/**
+ * 503 `projection_behind`: a read model (`what`) did not pass `minPosition` within the read
+ * wait; `position` is where it stood. The same answer for every read-your-writes wait.
+ */
+export function projectionBehind(
+  what: string,
+  minPosition: number,
+  waitMs: number,
+  position: number,
+): ApiError {
+  return new ApiError(
+    503,
+    'projection_behind',
+    `${what} has not reached position ${minPosition} within ${waitMs} ms; retry`,
+    undefined,
+    { position, minPosition },
+  );
+}

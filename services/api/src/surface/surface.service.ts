@@ -17,7 +17,7 @@ import type { Notification } from '@runledger/domain';
 import { EVENT_STORE, PositionNotReachedError, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import { APP_CONFIG, type AppConfig } from '../config/config';
-import { ApiError } from '../http/api-error';
+import { ApiError, projectionBehind } from '../http/api-error';
 import { SurfaceFollower, type SurfaceObserver } from './surface.follower';
 import { SurfaceStore } from './surface.store';
 
@@ -105,12 +105,11 @@ export class SurfaceService
       await this.follower.waitFor(minPosition, this.config.readWaitMs);
     } catch (error) {
       if (!(error instanceof PositionNotReachedError)) throw error;
-      throw new ApiError(
-        503,
-        'projection_behind',
-        `the client surface has not reached position ${minPosition} within ${this.config.readWaitMs} ms; retry`,
-        undefined,
-        { position: error.position, minPosition },
+      throw projectionBehind(
+        'the client surface',
+        minPosition,
+        this.config.readWaitMs,
+        error.position,
       );
     }
   }

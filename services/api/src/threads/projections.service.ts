@@ -25,7 +25,7 @@ import {
   type ProjectorObserver,
 } from '@runledger/projections';
 import { APP_CONFIG, type AppConfig } from '../config/config';
-import { ApiError } from '../http/api-error';
+import { projectionBehind } from '../http/api-error';
 
 export const READ_MODELS_FILE = 'read-models.db';
 const PROGRESS_LOG_MS = 2000;
@@ -168,13 +168,7 @@ export class ProjectionsService
       await this.projector.waitFor(minPosition, this.config.readWaitMs);
     } catch (error) {
       if (!(error instanceof ProjectionBehindError)) throw error;
-      throw new ApiError(
-        503,
-        'projection_behind',
-        `the projection has not reached position ${minPosition} within ${this.config.readWaitMs} ms; retry`,
-        undefined,
-        { position: error.position, minPosition },
-      );
+      throw projectionBehind('the projection', minPosition, this.config.readWaitMs, error.position);
     }
   }
 
