@@ -9,7 +9,13 @@
  * behind a catch-up for more than a slice. Under steady load the processor gathers batches
  * (GATHER_UNDER_LOAD), so commits come at most every 50 ms rather than every few events.
  */
-import { RUN_STREAM_PREFIX, applyToRows, threadOf, type ProjectedEvent } from '@runledger/domain';
+import {
+  RUN_STREAM_PREFIX,
+  applyToRows,
+  threadKey,
+  threadOf,
+  type ProjectedEvent,
+} from '@runledger/domain';
 import {
   CheckpointedProcessor,
   GATHER_UNDER_LOAD,
@@ -19,7 +25,7 @@ import {
   type ProcessorObserver,
   type RecordedEvent,
 } from '@runledger/event-store';
-import { threadKey, type ReadModelStore, type StoredThreadRows } from './read-model.store';
+import type { ReadModelStore, StoredThreadRows } from './read-model.store';
 
 export type ProjectorObserver = ProcessorObserver;
 

@@ -27,6 +27,7 @@ import {
   emptyHeader,
   isOpenToolPart,
   isToolPart,
+  threadKey,
   toolKey,
   type MessageTail,
   type PartLocation,
@@ -565,11 +566,6 @@ class WrittenThreads {
     this.threads.clear();
     this.bytes = 0;
   }
-}
-
-/** One thread's key among every tenant's threads. */
-export function threadKey(tenantId: string, threadId: string): string {
-  return `${tenantId}\u0000${threadId}`;
 }
 
 /**

@@ -62,6 +62,11 @@ export function threadOf(event: ProjectedEvent): { tenantId: string; threadId: s
   return { tenantId, threadId };
 }
 
+/** One thread's key among every tenant's threads (ids never hold a NUL). */
+export function threadKey(tenantId: string, threadId: string): string {
+  return `${tenantId}\u0000${threadId}`;
+}
+
 /** The pure fold: `state` is left as it was; the answer is a new state. */
 export function evolveThread(state: ThreadState, event: ProjectedEvent): ThreadState {
   const next = structuredClone(state);

@@ -12,6 +12,7 @@ import {
   channelBoundOf,
   emptyNotificationThread,
   foldNotification,
+  threadKey,
   threadOf,
   type Notification,
   type NotificationThread,
@@ -101,7 +102,7 @@ export class SurfaceFollower implements BatchHandler {
       throw error;
     }
     for (const state of batch.threads)
-      this.remember(`${state.tenantId}\u0000${state.threadId}`, state);
+      this.remember(threadKey(state.tenantId, state.threadId), state);
     this.recorded = batch.notifications.map((n) => n.item);
   }
 
@@ -130,7 +131,7 @@ export class SurfaceFollower implements BatchHandler {
       const event = { ...recorded, data: recorded.data as Record<string, unknown> };
       const owner = threadOf(event);
       if (!owner) continue;
-      const key = `${owner.tenantId}\u0000${owner.threadId}`;
+      const key = threadKey(owner.tenantId, owner.threadId);
       const state = touched.get(key) ?? this.load(key, owner.tenantId, owner.threadId);
       touched.set(key, state);
       const knownUsers = state.users.length;
