@@ -8,8 +8,11 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runStream, sealBatch } from '@runledger/domain';
-import { SqliteEventStore, type ProcessorObserver } from '@runledger/event-store';
-import { ProjectionBehindError } from './projector';
+import {
+  PositionNotReachedError,
+  SqliteEventStore,
+  type ProcessorObserver,
+} from '@runledger/event-store';
 import { ProjectorThread } from './projector-thread';
 import { ReadModelStore } from './read-model.store';
 
@@ -106,7 +109,7 @@ describe('ProjectorThread', () => {
     }
   }, 60_000);
 
-  it('answers ProjectionBehindError for a position the log has not reached, after the timeout', async () => {
+  it('answers PositionNotReachedError for a position the log has not reached, after the timeout', async () => {
     const { log, store, readModels, data, close } = setUp('behind');
     const { seen, observer } = recorder();
     const projector = new ProjectorThread(store, data, readModels.checkpoint(), observer);
@@ -115,7 +118,7 @@ describe('ProjectorThread', () => {
       const head = await log.append([started]);
       await projector.waitFor(head, 10_000);
       await expect(projector.waitFor(head + 10, 200)).rejects.toEqual(
-        new ProjectionBehindError(head, head + 10),
+        new PositionNotReachedError(head, head + 10),
       );
       expect(seen.failures).toEqual([]);
     } finally {
@@ -165,7 +168,7 @@ describe('ProjectorThread', () => {
       expect(String(seen.failures[0])).toMatch(
         /unable to open database file|directory does not exist/i,
       );
-      await expect(projector.waitFor(1, 100)).rejects.toBeInstanceOf(ProjectionBehindError);
+      await expect(projector.waitFor(1, 100)).rejects.toBeInstanceOf(PositionNotReachedError);
     } finally {
       await close(projector);
     }

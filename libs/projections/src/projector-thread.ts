@@ -19,7 +19,7 @@ import {
   workerEntry,
 } from '@runledger/event-store';
 import { RUN_STREAM_PREFIX } from '@runledger/domain';
-import { asProjectionWait, type ProjectorOptions } from './projector';
+import type { ProjectorOptions } from './projector';
 
 export interface ProjectorWorkerData {
   store: StoreSettings;
@@ -124,7 +124,7 @@ export class ProjectorThread implements ProjectionRunner {
   }
 
   waitFor(minPosition: number, timeoutMs: number): Promise<void> {
-    return asProjectionWait(this.gate.waitFor(minPosition, timeoutMs), minPosition);
+    return this.gate.waitFor(minPosition, timeoutMs);
   }
 
   private send(message: ToProjector): void {

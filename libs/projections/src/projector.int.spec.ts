@@ -111,7 +111,7 @@ describe('the projector', () => {
       expect(projector.current()).toBe(runHead);
       // A position not yet written is still ahead, whatever the log's other streams hold.
       await expect(projector.waitFor(receipt.position + 1, 100)).rejects.toMatchObject({
-        name: 'ProjectionBehindError',
+        name: 'PositionNotReachedError',
         position: runHead,
       });
       expect(failures).toEqual([]);

@@ -19,7 +19,6 @@ import {
 import {
   CheckpointedProcessor,
   GATHER_UNDER_LOAD,
-  PositionNotReachedError,
   type BatchHandler,
   type EventStoreReader,
   type ProcessorObserver,
@@ -36,26 +35,6 @@ export interface ProjectorOptions {
   maxBatchMs?: number;
   /** Longest the fold runs before it yields the event loop. */
   sliceMs?: number;
-}
-
-export class ProjectionBehindError extends Error {
-  constructor(
-    readonly position: number,
-    readonly minPosition: number,
-  ) {
-    super(`the projection is at position ${position}, not yet at ${minPosition}`);
-    this.name = 'ProjectionBehindError';
-  }
-}
-
-/** A follower's wait for `minPosition`, its timeout answered as ProjectionBehindError. */
-export async function asProjectionWait(wait: Promise<void>, minPosition: number): Promise<void> {
-  try {
-    await wait;
-  } catch (error) {
-    if (!(error instanceof PositionNotReachedError)) throw error;
-    throw new ProjectionBehindError(error.position, minPosition);
-  }
 }
 
 export class Projector implements BatchHandler {
@@ -96,7 +75,7 @@ export class Projector implements BatchHandler {
    * passed once the last run event before it is folded.
    */
   waitFor(minPosition: number, timeoutMs: number): Promise<void> {
-    return asProjectionWait(this.processor.waitFor(minPosition, timeoutMs), minPosition);
+    return this.processor.waitFor(minPosition, timeoutMs);
   }
 
   checkpoint(): number {

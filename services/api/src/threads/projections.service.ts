@@ -14,10 +14,9 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import { RUN_STREAM_PREFIX } from '@runledger/domain';
-import { EVENT_STORE, type EventStore } from '@runledger/event-store';
+import { EVENT_STORE, PositionNotReachedError, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import {
-  ProjectionBehindError,
   Projector,
   ProjectorThread,
   ReadModelStore,
@@ -167,7 +166,7 @@ export class ProjectionsService
     try {
       await this.projector.waitFor(minPosition, this.config.readWaitMs);
     } catch (error) {
-      if (!(error instanceof ProjectionBehindError)) throw error;
+      if (!(error instanceof PositionNotReachedError)) throw error;
       throw projectionBehind('the projection', minPosition, this.config.readWaitMs, error.position);
     }
   }
