@@ -14,7 +14,7 @@ import {
   type ProcessorObserver,
 } from '@runledger/event-store';
 import { ProjectorThread } from './projector-thread';
-import { ReadModelStore } from './read-model.store';
+import { ReadModelStore, jsonArray } from './read-model.store';
 
 const root = mkdtempSync(join(tmpdir(), 'runledger-projector-thread-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -99,7 +99,7 @@ describe('ProjectorThread', () => {
         expect(head?.messageCount).toBe(n + 1);
       }
       const page = readModels.messagePage(tenantId, threadId, 10);
-      expect(JSON.parse(page.json)).toEqual(
+      expect(JSON.parse(jsonArray(page.messages).toString())).toEqual(
         [0, 1, 2, 3, 4].map((n) => expect.objectContaining({ id: `m${n}`, role: 'user' })),
       );
       expect(seen.committed.at(-1)).toBe(projector.current());
@@ -147,7 +147,11 @@ describe('ProjectorThread', () => {
       await resumed.waitFor(later, 10_000);
       expect(readModels.head(tenantId, threadId)?.messageCount).toBe(4);
       const ids = (
-        JSON.parse(readModels.messagePage(tenantId, threadId, 10).json) as { id: string }[]
+        JSON.parse(
+          jsonArray(readModels.messagePage(tenantId, threadId, 10).messages).toString(),
+        ) as {
+          id: string;
+        }[]
       ).map((message) => message.id);
       expect(ids).toEqual(['m0', 'm1', 'm2', 'm3']);
       expect([...first.seen.failures, ...second.seen.failures]).toEqual([]);

@@ -39,11 +39,13 @@ async function append(runId: string, events: object[]): Promise<number> {
   return res.body.position as number;
 }
 
-async function startThread(): Promise<{ threadId: string; runId: string; position: number }> {
+async function startThread(
+  title = 'Long',
+): Promise<{ threadId: string; runId: string; position: number }> {
   const threadId = `t-${randomUUID()}`;
   const runId = `run-${randomUUID()}`;
   const position = await append(runId, [
-    { type: 'run.started', data: { threadId, agent: 'coder', source: 'typed', title: 'Long' } },
+    { type: 'run.started', data: { threadId, agent: 'coder', source: 'typed', title } },
   ]);
   return { threadId, runId, position };
 }
@@ -188,6 +190,47 @@ describe('GET /v1/threads/:threadId pages', () => {
     expect(newest.page).toMatchObject({ limit: 50, hasMore: true });
     const all = await readAllPages(threadId, 50, position);
     expect(all.map((m) => m.id)).toEqual(Array.from({ length: 7 }, (_, n) => `big-${n}`));
+  });
+
+  it('answers text in any script, escapes and lone surrogates as it was appended, in pages and the export', async () => {
+    const { threadId, runId } = await startThread('Überblick 📋');
+    const texts = [
+      'naïve café',
+      '日本語のテキスト',
+      '👩‍💻 ships 🚀',
+      'quote " and \\ and \n',
+      'lone \ud800 half',
+    ];
+    const position = await append(runId, [
+      ...texts.map(say),
+      ...toolCall('unicode', texts.join(' | ')),
+    ]);
+    const res = await t.http().get(`/v1/threads/${threadId}?minPosition=${position}`).set(t.auth());
+    expect(res.status).toBe(200);
+    expect(String(res.headers['content-type'])).toBe('application/json; charset=utf-8');
+    expect(Number(res.headers['content-length'])).toBe(Buffer.byteLength(res.text));
+    const { messages, title } = res.body as ThreadPage & { title: string };
+    expect(title).toBe('Überblick 📋');
+    expect(
+      messages.slice(0, texts.length).map((m) => (m.parts[0] as { text?: string }).text),
+    ).toEqual(texts);
+    const tool = messages.at(-1)?.parts[0] as { output?: unknown };
+    expect(tool.output).toBe(texts.join(' | '));
+    const exported = await t
+      .http()
+      .get(`/v1/threads/${threadId}/export`)
+      .set(t.auth())
+      .buffer(true)
+      .parse((r, done) => {
+        const chunks: Buffer[] = [];
+        r.on('data', (chunk: Buffer) => chunks.push(chunk));
+        r.on('end', () => done(null, Buffer.concat(chunks).toString('utf8')));
+      });
+    const lines = (exported.body as string)
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Message);
+    expect(lines).toEqual(messages);
   });
 
   it('exports the whole thread as NDJSON, one UIMessage a line, equal to its pages', async () => {

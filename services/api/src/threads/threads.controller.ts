@@ -22,6 +22,8 @@ import {
   VoiceSeed,
 } from '../openapi/schemas';
 
+const NEWLINE = Buffer.from('\n');
+
 const MIN_POSITION_DOC =
   "Every query accepts `?minPosition=` (an append's `position`): it waits up to READ_WAIT_MS for the " +
   "projection to pass it, else answers 503 `projection_behind` with the projection's `position`.";
@@ -142,7 +144,7 @@ export class ThreadsController {
     const pages = await this.threads.export(principal.tenantId, threadId, minPosition(min));
     const lines = async function* () {
       for await (const page of pages) {
-        yield page.map((message) => `${message}\n`).join('');
+        yield Buffer.concat(page.flatMap((message) => [message, NEWLINE]));
       }
     };
     return new StreamableFile(Readable.from(lines()), { type: 'application/x-ndjson' });

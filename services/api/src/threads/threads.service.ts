@@ -11,7 +11,7 @@ import {
   voiceSeedOf,
   type ThreadStatus,
 } from '@runledger/domain';
-import type { ThreadHead, ThreadListItem } from '@runledger/projections';
+import { jsonArray, type ThreadHead, type ThreadListItem } from '@runledger/projections';
 import { ApiError } from '../http/api-error';
 import { ProjectionsService } from './projections.service';
 
@@ -38,13 +38,14 @@ export class ThreadsService {
 
   /**
    * The header and one page of messages (the newest, or those before a page's cursor) as the
-   * JSON body of the answer: the stored parts are spliced in, not parsed and serialized again.
+   * JSON body of the answer, in UTF-8: the stored parts are spliced in as bytes, not decoded,
+   * parsed or serialized again.
    */
   async view(
     tenantId: string,
     threadId: string,
     query: { limit: number; before?: string; minPosition?: number },
-  ): Promise<string> {
+  ): Promise<Buffer> {
     const before = query.before === undefined ? undefined : decodeMessageCursor(query.before);
     const head = await this.load(tenantId, threadId, query.minPosition);
     // Header and page are read in one turn of the event loop: no commit falls between them.
@@ -63,7 +64,7 @@ export class ThreadsService {
         hasMore: page.hasMore,
       }),
     );
-    return `${header.slice(0, -1)},"messages":${page.json}}`;
+    return jsonArray(page.messages, `${header.slice(0, -1)},"messages":`, '}');
   }
 
   /** Every message of the thread as JSON, oldest first, a page of rows at a time (export). */
@@ -71,7 +72,7 @@ export class ThreadsService {
     tenantId: string,
     threadId: string,
     minPosition?: number,
-  ): Promise<AsyncGenerator<string[]>> {
+  ): Promise<AsyncGenerator<Buffer[]>> {
     await this.load(tenantId, threadId, minPosition);
     const pages = this.projections.readModels.allMessages(tenantId, threadId);
     return (async function* () {
