@@ -15,3 +15,4 @@ export * from './tool-labels';
 export * from './notifications';
 export * from './bindings';
 export * from './prompt';
+export * from './time-slices';

@@ -7,6 +7,7 @@
  * together (one transaction, an acknowledged publish), so a crash replays at most the batch
  * in flight. Batches are handled one at a time, in position order.
  */
+import { nextTurn } from '@runledger/domain';
 import type { EventStoreReader, RecordedEvent, Subscription } from './event-store.port';
 import { PositionGate } from './position-gate';
 
@@ -239,7 +240,7 @@ export class CheckpointedProcessor {
           // A catch-up read never waits on I/O; yield so HTTP and health checks are served.
           sinceYield = 0;
           this.yielding = true;
-          await new Promise((resolve) => setImmediate(resolve));
+          await nextTurn();
           this.yielding = false;
         }
       }

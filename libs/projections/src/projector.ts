@@ -12,6 +12,7 @@
 import {
   RUN_STREAM_PREFIX,
   applyToRows,
+  nextTurn,
   threadKey,
   threadOf,
   type ProjectedEvent,
@@ -98,7 +99,7 @@ export class Projector implements BatchHandler {
         applyToRows(rows, event);
       }
       if (Date.now() - sliceStart >= this.sliceMs) {
-        await new Promise((resolve) => setImmediate(resolve));
+        await nextTurn();
         sliceStart = Date.now();
       }
     }

@@ -35,7 +35,7 @@
  *   embedded store), never every tenant's log.
  */
 import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
-import { RUN_STREAM_PREFIX, parseStreamName, runStream } from '@runledger/domain';
+import { RUN_STREAM_PREFIX, nextTurn, parseStreamName, runStream } from '@runledger/domain';
 import {
   CheckpointedProcessor,
   EVENT_STORE,
@@ -295,7 +295,7 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
    */
   async handle(batch: readonly RecordedEvent[]): Promise<void> {
     for (const event of batch) this.dispatch(event);
-    await new Promise((resolve) => setImmediate(resolve));
+    await nextTurn();
   }
 
   private async stopFollowing(): Promise<void> {

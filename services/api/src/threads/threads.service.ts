@@ -6,6 +6,7 @@
 import { Injectable } from '@nestjs/common';
 import {
   PATH_ID_PATTERN,
+  nextTurn,
   threadView,
   toolPartResult,
   voiceSeedOf,
@@ -79,7 +80,7 @@ export class ThreadsService {
       for (const page of pages) {
         yield page;
         // A long thread is read between other requests, not in one stretch.
-        await new Promise((resolve) => setImmediate(resolve));
+        await nextTurn();
       }
     })();
   }

@@ -1,0 +1,53 @@
+import { mapInSlices, nextTurn } from './time-slices';
+
+function busyFor(ms: number): void {
+  const until = Date.now() + ms;
+  while (Date.now() < until);
+}
+
+describe('mapInSlices', () => {
+  it('answers what Array.map answers, with the indexes', async () => {
+    const items = ['a', 'b', 'c', 'd'];
+    await expect(mapInSlices(items, (item, index) => `${index}:${item}`)).resolves.toEqual(
+      items.map((item, index) => `${index}:${item}`),
+    );
+    await expect(mapInSlices([], () => 1)).resolves.toEqual([]);
+  });
+
+  it('gives the event loop a turn once a slice has run, and goes on where it was', async () => {
+    let turnTaken = false;
+    setImmediate(() => (turnTaken = true));
+    const sawTurn = await mapInSlices(
+      Array.from({ length: 8 }, (_, n) => n),
+      () => {
+        busyFor(3);
+        return turnTaken;
+      },
+      5,
+    );
+    // The first slice ran without a turn; a later item ran after one.
+    expect(sawTurn[0]).toBe(false);
+    expect(sawTurn.at(-1)).toBe(true);
+  });
+
+  it('keeps a loop that fits in one slice in one turn', async () => {
+    let turnTaken = false;
+    setImmediate(() => (turnTaken = true));
+    const sawTurn = await mapInSlices(
+      Array.from({ length: 100 }, (_, n) => n),
+      () => turnTaken,
+      60_000,
+    );
+    expect(sawTurn.every((saw) => !saw)).toBe(true);
+  });
+});
+
+describe('nextTurn', () => {
+  it('resolves after what the event loop already had queued', async () => {
+    const order: string[] = [];
+    setImmediate(() => order.push('queued before'));
+    await nextTurn();
+    order.push('after the turn');
+    expect(order).toEqual(['queued before', 'after the turn']);
+  });
+});
