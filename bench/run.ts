@@ -7,6 +7,7 @@
  */
 import os from 'node:os';
 import { httpBench } from './http.bench';
+import { largeAppendBench } from './large-append.bench';
 import { memoryBench } from './memory.bench';
 import { DOC_FILE, loadSections, saveSection, textTable, writeDocument } from './lib/report';
 import type { Bench } from './lib/section';
@@ -21,6 +22,7 @@ const BENCHES: readonly Bench[] = [
   storeBench,
   httpBench,
   sizeGateBench,
+  largeAppendBench,
   projectionsBench,
   memoryBench,
   soakBench,

@@ -98,21 +98,37 @@ export interface RunContext {
 }
 
 /**
- * Stamps a batch for the revisions it will occupy after `prev`: the server's context
- * (overriding anything a client put under the same keys) and the chain's links.
+ * Stamps events for the revisions they will occupy after `prev`, one at a time and each
+ * linked to the one before: the server's context (overriding anything a client put under the
+ * same keys) and the chain's links. A caller may give the event loop turns between events.
  */
+export class ChainSealer {
+  private prevHash: string;
+  private revision: number;
+
+  constructor(
+    prev: { revision: number; hash: string } | null,
+    private readonly context: RunContext,
+  ) {
+    this.prevHash = prev?.hash ?? GENESIS_HASH;
+    this.revision = prev === null ? 0 : prev.revision + 1;
+  }
+
+  seal(event: UnsealedEvent): UnsealedEvent {
+    const { context, prevHash, revision } = this;
+    const hash = eventHash(prevHash, { ...event, revision, ...context });
+    this.prevHash = hash;
+    this.revision += 1;
+    return { ...event, metadata: { ...event.metadata, ...context, prevHash, hash } };
+  }
+}
+
+/** Stamps a whole batch for the revisions it will occupy after `prev` (see ChainSealer). */
 export function sealBatch(
   prev: { revision: number; hash: string } | null,
   context: RunContext,
   events: readonly UnsealedEvent[],
 ): UnsealedEvent[] {
-  let prevHash = prev?.hash ?? GENESIS_HASH;
-  let revision = prev === null ? 0 : prev.revision + 1;
-  return events.map((event) => {
-    const hash = eventHash(prevHash, { ...event, revision, ...context });
-    const sealed = { ...event, metadata: { ...event.metadata, ...context, prevHash, hash } };
-    prevHash = hash;
-    revision += 1;
-    return sealed;
-  });
+  const sealer = new ChainSealer(prev, context);
+  return events.map((event) => sealer.seal(event));
 }

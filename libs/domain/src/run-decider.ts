@@ -8,7 +8,7 @@
  * one table at the edge (services/api/src/http/refusals.ts).
  */
 import type { Decision } from './event-types';
-import { sealBatch, type UnsealedEvent } from './hash-chain';
+import { ChainSealer, type UnsealedEvent } from './hash-chain';
 import type { PolicyVerdict } from './policy';
 import type { PendingApproval } from './projections';
 import {
@@ -205,18 +205,20 @@ export interface AppendCommand {
  * Appends a batch to a run if the run's rules allow it (run-rules.ts), decided on the run's
  * head: the part of the run state each recorded event carries in its stamps, so the busiest
  * path reads one event, not the stream. The events come back stamped with the active turn,
- * the run's context and the hash chain, ready for the store.
+ * with the sealer that then stamps each, in order, with the run's context and the hash chain
+ * (hashing a large batch is long enough that a caller gives the event loop turns meanwhile).
  */
 export function decideAppend(
   command: AppendCommand,
   head: RunHead | null,
-): { events: UnsealedEvent[] } | { refusal: Refusal } {
+): { events: UnsealedEvent[]; chain: ChainSealer } | { refusal: Refusal } {
   const { tenantId, runId, events } = command;
   const violation = checkRunAppend(head, tenantId, runId, events);
   if (violation) return { refusal: violationRefusal(violation) };
   const threadId = head?.threadId ?? (events[0].data as { threadId: string }).threadId;
   return {
-    events: sealBatch(head, { tenantId, runId, threadId }, stampActiveTurns(head, events)),
+    events: stampActiveTurns(head, events),
+    chain: new ChainSealer(head, { tenantId, runId, threadId }),
   };
 }
 

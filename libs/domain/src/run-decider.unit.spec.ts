@@ -195,8 +195,11 @@ describe('deciders', () => {
   describe('append', () => {
     const batch = (...types: [string, Record<string, unknown>][]) =>
       types.map(([type, data], i) => ({ id: `e${i}`, type, data, metadata: {} }));
-    const append = (events: ReturnType<typeof batch>, head: RunHead | null) =>
-      decideAppend({ tenantId: 'acme', runId: 'r1', events }, head);
+    const append = (events: ReturnType<typeof batch>, head: RunHead | null) => {
+      const outcome = decideAppend({ tenantId: 'acme', runId: 'r1', events }, head);
+      if ('refusal' in outcome) return outcome;
+      return { events: outcome.events.map((event) => outcome.chain.seal(event)) };
+    };
 
     it("starts a run: stamped with the run's context, the active turn and the hash chain", () => {
       const outcome = append(

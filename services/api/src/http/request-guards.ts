@@ -169,6 +169,7 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
   });
 
   const largeBodies = new Slots(config.largeBodies.concurrency);
+  const threshold = config.largeBodies.thresholdBytes;
   fastify.addHook('preParsing', (request, reply, payload, done) => {
     if (!hasBody(request)) {
       done(null, payload);
@@ -180,7 +181,6 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
       done(bodyTooLarge(limit, declared));
       return;
     }
-    const threshold = config.largeBodies.thresholdBytes;
     if ((declared ?? limit) > threshold) {
       const release = largeBodies.take();
       if (!release) {
@@ -239,7 +239,10 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
       payload.removeListener('data', onData);
       const text = Buffer.concat(chunks, received).toString('utf8');
       chunks.length = 0;
-      parseJson(request, text, done);
+      // Decoding and parsing a large body each hold the event loop for tens of milliseconds:
+      // other requests get a turn between the two.
+      if (received > threshold) setImmediate(() => parseJson(request, text, done));
+      else parseJson(request, text, done);
     };
     payload.on('data', onData);
     payload.once('end', onEnd);

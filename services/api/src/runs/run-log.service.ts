@@ -12,6 +12,8 @@ import {
   SERVER_ONLY_TYPES,
   decideAppend,
   gateEvent,
+  mapInSlices,
+  nextTurn,
   runHeadOf,
   runStream,
   validateEvent,
@@ -78,7 +80,11 @@ export class RunLogService {
     const request = parseAppendRequest(body, this.config.maxEventsPerAppend);
     if (!request.ok)
       throw new ApiError(400, 'validation_failed', 'the request is invalid', request.problems);
-    const validated = request.value.events.map((event, index) => validateEvent(event, index));
+    // A batch may hold a thousand events of tens of kilobytes: each step over its events
+    // gives other requests turns between slices.
+    const validated = await mapInSlices(request.value.events, (event, index) =>
+      validateEvent(event, index),
+    );
     const serverOnly = validated.flatMap((v, index) =>
       v.ok && SERVER_ONLY_TYPES.has(v.value.type) ? [{ index, type: v.value.type }] : [],
     );
@@ -105,7 +111,7 @@ export class RunLogService {
     // Time-ordered ids keep inserts into the id index local (random v4 ids scatter them).
     const withIds = events.map((e) => ({ ...e, id: e.id ?? uuidv7() }));
     const clientIds = events.some((e) => e.id !== undefined);
-    const gated = withIds.map((event) => this.gate(event));
+    const gated = await mapInSlices(withIds, (event) => this.gate(event));
     const toRecord = gated.map((g) => g.event as ValidEvent & { id: string });
     const result = await this.serializer.run(runStream(tenantId, runId), () =>
       this.appendSerialized(tenantId, runId, toRecord, request.value.expectedRevision, clientIds),
@@ -219,7 +225,7 @@ export class RunLogService {
         if (refused) throw new RefusedError(decided.refusal);
         throw new WrongExpectedRevisionError(stream, expected, head?.revision ?? 'no_stream');
       }
-      const sealed = decided.events;
+      const sealed = await mapInSlices(decided.events, (event) => decided.chain.seal(event));
       try {
         const result = await this.store.append(stream, sealed, {
           expectedRevision: head?.revision ?? 'no_stream',
@@ -382,7 +388,7 @@ export class RunLogService {
       from = page[page.length - 1].revision + 1;
       // An embedded store answers without I/O: give other requests a turn between pages, so
       // auditing or replaying a long run never holds the event loop for more than a page.
-      await new Promise((resolve) => setImmediate(resolve));
+      await nextTurn();
     }
   }
 
