@@ -42,6 +42,11 @@ export interface ProcessorOptions {
   streamPrefix?: string;
   /** Most events per batch. */
   batchSize?: number;
+  /**
+   * A batch is handled once its events' `size` reaches this (events without one count 0):
+   * a batch is held in memory whole, and a thousand events may each be a megabyte.
+   */
+  maxBatchSize?: number;
   /** Longest a batch gathers before it is handled, so readers see progress while catching up. */
   maxBatchMs?: number;
   /**
@@ -74,6 +79,9 @@ export const GATHER_UNDER_LOAD = Object.freeze({ eventsPerSecond: 1000, interval
 /** Events taken from the subscription between two turns of the event loop. */
 const YIELD_EVERY = 500;
 
+/** Size of a batch's events (about their JSON's length) at which it is handled: 8 MiB. */
+const MAX_BATCH_SIZE = 8 * 1024 * 1024;
+
 export class CheckpointedProcessor {
   /** The last event taken from the subscription (handled or waiting in a batch). */
   private taken = 0;
@@ -83,6 +91,7 @@ export class CheckpointedProcessor {
   private running: Promise<void> | null = null;
   private batch: RecordedEvent[] = [];
   private batchStartedAt = 0;
+  private batchBytes = 0;
   private lastFlushAt = 0;
   /** The arrival rate of the last whole rate window (events/s), and the window being counted. */
   private arrivalRate = 0;
@@ -100,6 +109,7 @@ export class CheckpointedProcessor {
   private failure: unknown = null;
   private readonly gate: PositionGate;
   private readonly batchSize: number;
+  private readonly maxBatchSize: number;
   private readonly maxBatchMs: number;
   private readonly gather: { eventsPerSecond: number; intervalMs: number } | null;
   private readonly batchesAhead: number;
@@ -111,6 +121,7 @@ export class CheckpointedProcessor {
     private readonly options: ProcessorOptions = {},
   ) {
     this.batchSize = options.batchSize ?? 1000;
+    this.maxBatchSize = options.maxBatchSize ?? MAX_BATCH_SIZE;
     this.maxBatchMs = options.maxBatchMs ?? 100;
     this.gather = options.gather ?? null;
     this.batchesAhead = options.batchesAhead ?? 0;
@@ -223,10 +234,12 @@ export class CheckpointedProcessor {
         if (this.batch.length === 0) this.batchStartedAt = Date.now();
         this.countArrival();
         this.batch.push(event);
+        this.batchBytes += event.size ?? 0;
         this.taken = event.position;
         this.handler.taken?.(event);
         if (
           this.batch.length >= this.batchSize ||
+          this.batchBytes >= this.maxBatchSize ||
           Date.now() - this.batchStartedAt >= this.maxBatchMs
         ) {
           // Back-pressure: no more is read while more full batches wait than allowed.
@@ -302,6 +315,7 @@ export class CheckpointedProcessor {
     if (this.batch.length === 0) return this.handling;
     const batch = this.batch;
     this.batch = [];
+    this.batchBytes = 0;
     this.lastFlushAt = Date.now();
     this.pending += 1;
     this.handling = this.handling
@@ -335,6 +349,7 @@ export class CheckpointedProcessor {
     if (this.failure !== null) return;
     this.failure = error;
     this.batch = [];
+    this.batchBytes = 0;
     this.observer.failed(error, this.gate.current());
   }
 }

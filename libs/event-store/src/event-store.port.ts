@@ -26,6 +26,11 @@ export interface RecordedEvent {
   metadata: Record<string, unknown>;
   /** ISO-8601 UTC. */
   recordedAt: string;
+  /**
+   * About how much memory the event's data and metadata take: the length of their stored
+   * JSON, when the store knows it. Followers bound their batches by it.
+   */
+  size?: number;
 }
 
 export interface AppendResult {

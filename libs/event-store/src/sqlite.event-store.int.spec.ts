@@ -21,6 +21,34 @@ describeEventStoreContract(
   { timeoutMs: 60_000 },
 );
 
+describe('SQLite subscriptions', () => {
+  it('read large events a few megabytes at a time and go on at once, every event in order with its size', async () => {
+    // A poll interval longer than the test: only reading on at once can deliver them all.
+    const store = new SqliteEventStore({ file: join(dir, 'large.db'), pollIntervalMs: 600_000 });
+    const text = 'x'.repeat(2 ** 20);
+    const events = Array.from({ length: 12 }, (_, n) => ({
+      id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
+      type: 'message.added',
+      data: { n, text },
+      metadata: {},
+    }));
+    await store.append(runStream('acme', 'large'), events);
+    const subscription = store.subscribeToAll({ fromPosition: 'start' });
+    try {
+      const seen: { n: number; size: number }[] = [];
+      for await (const event of subscription) {
+        seen.push({ n: (event.data as { n: number }).n, size: event.size ?? 0 });
+        if (seen.length === events.length) break;
+      }
+      expect(seen.map((event) => event.n)).toEqual(events.map((_, n) => n));
+      for (const event of seen) expect(event.size).toBeGreaterThan(2 ** 20);
+    } finally {
+      await subscription.close();
+      await store.close();
+    }
+  }, 10_000);
+});
+
 describe('SQLite with a writer thread', () => {
   const event = (n: number) => ({
     id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,

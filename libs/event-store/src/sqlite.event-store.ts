@@ -76,7 +76,12 @@ interface WriterThread {
   exited: Promise<void>;
 }
 
+/**
+ * A subscription reads at most this many rows at once, and stops sooner once their JSON
+ * passes READ_CHARS characters: 500 events of a megabyte each would be half a gigabyte.
+ */
 const READ_BATCH = 500;
+const READ_CHARS = 4 * 1024 * 1024;
 
 export class SqliteEventStore implements EventStore {
   private readonly db: Db;
@@ -329,22 +334,32 @@ export class SqliteEventStore implements EventStore {
     };
     this.committed.once('close', stop);
 
-    const readNext = (): EventRow[] =>
-      prefix
-        ? this.statements.afterPrefixed.all(cursor, prefix.length, prefix, READ_BATCH)
-        : this.statements.after.all(cursor, READ_BATCH);
+    /** The next rows after the cursor, and whether more may follow them at once. */
+    const readNext = (): { rows: EventRow[]; full: boolean } => {
+      const rows: EventRow[] = [];
+      let chars = 0;
+      for (const row of prefix
+        ? this.statements.afterPrefixed.iterate(cursor, prefix.length, prefix, READ_BATCH)
+        : this.statements.after.iterate(cursor, READ_BATCH)) {
+        rows.push(row);
+        chars += row.data.length + row.metadata.length;
+        // Leaving the loop resets the statement: nothing more is read.
+        if (chars >= READ_CHARS) return { rows, full: true };
+      }
+      return { rows, full: rows.length === READ_BATCH };
+    };
     const pollIntervalMs = this.pollIntervalMs;
 
     async function* follow(): AsyncGenerator<RecordedEvent> {
       try {
         while (!stopped) {
-          const rows = readNext();
+          const { rows, full } = readNext();
           for (const row of rows) {
             cursor = row.position;
             yield toRecorded(row);
             if (stopped) return;
           }
-          if (rows.length === READ_BATCH) continue;
+          if (full) continue;
           // Woken by our own commits at once; by other processes' commits within a poll interval.
           await new Promise<void>((resolve) => {
             const timer = setTimeout(resolve, pollIntervalMs);
@@ -457,5 +472,6 @@ function toRecorded(row: EventRow): RecordedEvent {
     data: JSON.parse(row.data) as unknown,
     metadata: JSON.parse(row.metadata) as Record<string, unknown>,
     recordedAt: row.recorded_at,
+    size: row.data.length + row.metadata.length,
   };
 }

@@ -13,7 +13,7 @@ import {
   SqliteEventStore,
   type ProcessorObserver,
 } from '@runledger/event-store';
-import { ProjectorThread } from './projector-thread';
+import { ProjectorThread, projectorHeapMib } from './projector-thread';
 import { ReadModelStore, jsonArray } from './read-model.store';
 
 const root = mkdtempSync(join(tmpdir(), 'runledger-projector-thread-'));
@@ -159,6 +159,38 @@ describe('ProjectorThread', () => {
       await close(resumed);
     }
   }, 60_000);
+
+  it('folds 300 events of a megabyte each within its bounded heap: reads and batches are bounded in bytes too', async () => {
+    const { log, store, readModels, data, close } = setUp('large-events');
+    await log.append([started]);
+    const output = 'o'.repeat(2 ** 20 - 200);
+    // Appended before the worker starts: it meets them as one catch-up, as after a restart.
+    let position = 0;
+    for (let call = 0; call < 150; call += 1) {
+      position = await log.append([
+        { type: 'tool.started', data: { toolCallId: `c${call}`, toolName: 'read', input: {} } },
+        { type: 'tool.finished', data: { toolCallId: `c${call}`, failed: false, output } },
+      ]);
+    }
+    const { seen, observer } = recorder();
+    const projector = new ProjectorThread(
+      store,
+      { ...data, heapMib: projectorHeapMib(2 ** 20) },
+      readModels.checkpoint(),
+      observer,
+    );
+    projector.start();
+    try {
+      await projector.waitFor(position, 60_000);
+      expect(seen.failures).toEqual([]);
+      const part = readModels.toolPart(tenantId, threadId, 'c149');
+      expect(part).toMatchObject({ state: 'output-available', output });
+      // Many commits, not one batch of 300 megabytes.
+      expect(seen.committed.length).toBeGreaterThan(10);
+    } finally {
+      await close(projector);
+    }
+  }, 120_000);
 
   it('reports a worker that cannot open its read models as failed', async () => {
     const { store, data, close } = setUp('broken');

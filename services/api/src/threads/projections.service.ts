@@ -20,6 +20,7 @@ import {
   Projector,
   ProjectorThread,
   ReadModelStore,
+  projectorHeapMib,
   type ProjectionRunner,
   type ProjectorObserver,
 } from '@runledger/projections';
@@ -103,6 +104,7 @@ export class ProjectionsService
               },
               readModelsFile,
               options: {},
+              heapMib: projectorHeapMib(config.eventMaxBytes),
             },
             this.readModels.checkpoint(),
             this,
