@@ -487,8 +487,8 @@ const COMMA = Buffer.from(',');
 
 /**
  * JSON texts (UTF-8) as one JSON array, written between `prefix` and `suffix`: the texts are
- * copied as they are, once. A page's megabyte of tool output built as a string and then
- * encoded for the socket cost about three times what these copies do.
+ * copied as they are, never decoded. A page's megabyte of tool output built as a string and
+ * then encoded for the socket cost about three times what these copies do.
  */
 export function jsonArray(items: readonly Buffer[], prefix = '', suffix = ''): Buffer {
   const chunks: Buffer[] = [Buffer.from(`${prefix}[`)];
