@@ -135,6 +135,17 @@ describe('runledger CLI: replay, verify and rebuild on a data directory the serv
   const runId = 'cli-run';
   let served: RecordedEvent[];
   let threadBefore: unknown;
+  let notificationsBefore: unknown;
+  let lastPosition: number;
+
+  /** The tenant's notifications, once the client surface has folded `minPosition`. */
+  async function notifications(baseUrl: string, minPosition: number): Promise<unknown> {
+    const response = await fetch(`${baseUrl}/v1/notifications?minPosition=${minPosition}`, {
+      headers: { authorization: `Bearer ${KEY}` },
+    });
+    expect(response.status).toBe(200);
+    return response.json();
+  }
 
   beforeAll(async () => {
     const service = await startService({ dataDir, apiKeys: KEYS });
@@ -148,6 +159,14 @@ describe('runledger CLI: replay, verify and rebuild on a data directory the serv
     threadBefore = await client.thread('cli-thread', {
       minPosition: served[served.length - 1].position,
     });
+    // A second run, finished: its thread gets a notification in the client surface.
+    const finished = await client.append('cli-finished-run', [
+      runStarted('cli-finished-thread'),
+      { type: 'run.finished', data: { status: 'completed' } },
+    ]);
+    lastPosition = finished.position;
+    notificationsBefore = await notifications(service.baseUrl, lastPosition);
+    expect(JSON.stringify(notificationsBefore)).toContain('cli-finished-thread');
 
     // While the service runs, rebuild refuses and changes nothing.
     const refused = await runCli(['rebuild'], env);
@@ -188,15 +207,26 @@ describe('runledger CLI: replay, verify and rebuild on a data directory the serv
     });
   });
 
-  it('rebuilds the read models, then the service serves the same thread', async () => {
+  it('rebuilds the read models, then the service serves the same thread and notifications', async () => {
     const result = await runCli(['rebuild'], env);
     expect(result.stderr).toContain('"msg":"rebuild finished"');
     expect(result.code).toBe(0);
     expect(JSON.parse(result.stdout)).toMatchObject({ rebuilt: true });
+    // The client surface was dropped too, to be refolded by the service.
+    const surface = new Database(join(dataDir, 'client-surface.db'), { readonly: true });
+    try {
+      expect(surface.prepare('SELECT COUNT(*) AS n FROM notifications').get()).toEqual({ n: 0 });
+      expect(
+        surface.prepare("SELECT position FROM checkpoints WHERE name = 'client-surface'").get(),
+      ).toEqual({ position: 0 });
+    } finally {
+      surface.close();
+    }
     const service = await startService({ dataDir, apiKeys: KEYS });
     try {
       const client = new RunledgerClient({ baseUrl: service.baseUrl, apiKey: KEY });
       expect(await client.thread('cli-thread')).toEqual(threadBefore);
+      expect(await notifications(service.baseUrl, lastPosition)).toEqual(notificationsBefore);
     } finally {
       await service.kill('SIGTERM');
     }

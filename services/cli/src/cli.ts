@@ -20,6 +20,8 @@ import {
 } from '../../api/src/config/config';
 import { DataDirInUseError, DataDirLock } from '../../api/src/config/data-dir-lock';
 import { RunLogService, assertRunId } from '../../api/src/runs/run-log.service';
+import { SURFACE_FILE } from '../../api/src/surface/surface.service';
+import { SurfaceStore } from '../../api/src/surface/surface.store';
 import { READ_MODELS_FILE } from '../../api/src/threads/projections.service';
 import { Progress, type ProgressSink } from './progress';
 
@@ -107,10 +109,12 @@ ${EXIT_CODES}`,
   rebuild: {
     help: `Usage: runledger rebuild
 
-Drops every read model in DATA_DIR and rebuilds it from the log. Refuses (exit 4) while
-a service holds DATA_DIR: stop the service first. On a terminal, a progress bar with
-rate and ETA; otherwise JSON lines. The service also rebuilds an empty read store by
-itself at start-up.
+Drops every read model in DATA_DIR and rebuilds the thread views from the log; the client
+surface's (notifications, who each thread is for, channel bindings) is refolded by the
+service when it next starts, and notifications it already published are not published
+again. Refuses (exit 4) while a service holds DATA_DIR: stop the service first. On a
+terminal, a progress bar with rate and ETA; otherwise JSON lines. The service also rebuilds
+an empty read store by itself at start-up.
 
 ${EXIT_CODES}`,
     options: {},
@@ -281,6 +285,12 @@ async function rebuild(config: AppConfig, io: CliIo): Promise<number> {
     const target = await log.headPosition({ streamPrefix: RUN_STREAM_PREFIX });
     const unit = config.eventStoreUrl ? 'log bytes' : 'events';
     readModels.clear();
+    const surface = new SurfaceStore(join(config.dataDir, SURFACE_FILE));
+    try {
+      surface.clear();
+    } finally {
+      surface.close();
+    }
     const progress = new Progress('rebuild', unit, target, io.stderr);
     let failure: unknown = null;
     let reached = target === 0;

@@ -46,6 +46,9 @@ const SCHEMA = `
   CREATE INDEX IF NOT EXISTS bindings_by_thread ON bindings (tenant_id, thread_id);
 `;
 
+/** What the follower folds from the log: dropped by `clear`, refolded from position 0. */
+const FOLDED_TABLES = ['notification_threads', 'notifications', 'thread_users', 'bindings'];
+
 export const SURFACE_CHECKPOINT = 'client-surface';
 /** How far the notifications were published to Kafka (notification-publisher.ts). */
 export const PUBLISHED_CHECKPOINT = 'notifications-published';
@@ -241,6 +244,17 @@ export class SurfaceStore {
   /** Whether any binding of the tenant names the thread. */
   isBound(tenantId: string, threadId: string): boolean {
     return this.selectBound.get(tenantId, threadId) !== undefined;
+  }
+
+  /**
+   * Drops what the follower folded and its checkpoint, so the next follower refolds it from
+   * the log. How far the notifications were published stays: none is published twice.
+   */
+  clear(): void {
+    this.db.transaction(() => {
+      for (const table of FOLDED_TABLES) this.db.exec(`DELETE FROM ${table}`);
+      this.checkpoints.save(SURFACE_CHECKPOINT, 0);
+    })();
   }
 
   close(): void {
