@@ -12,6 +12,22 @@ export function nextTurn(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
 
+/** Calls `fn` on each item in order, giving the event loop a turn whenever `sliceMs` has run. */
+export async function forEachInSlices<T>(
+  items: readonly T[],
+  fn: (item: T, index: number) => void,
+  sliceMs = SLICE_MS,
+): Promise<void> {
+  let sliceStart = Date.now();
+  for (const [index, item] of items.entries()) {
+    fn(item, index);
+    if (Date.now() - sliceStart >= sliceMs) {
+      await nextTurn();
+      sliceStart = Date.now();
+    }
+  }
+}
+
 /** `items.map(fn)`, giving the event loop a turn whenever `sliceMs` of it has run. */
 export async function mapInSlices<T, R>(
   items: readonly T[],
@@ -19,13 +35,6 @@ export async function mapInSlices<T, R>(
   sliceMs = SLICE_MS,
 ): Promise<R[]> {
   const results: R[] = [];
-  let sliceStart = Date.now();
-  for (const [index, item] of items.entries()) {
-    results.push(fn(item, index));
-    if (Date.now() - sliceStart >= sliceMs) {
-      await nextTurn();
-      sliceStart = Date.now();
-    }
-  }
+  await forEachInSlices(items, (item, index) => results.push(fn(item, index)), sliceMs);
   return results;
 }

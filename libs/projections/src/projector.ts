@@ -12,7 +12,7 @@
 import {
   RUN_STREAM_PREFIX,
   applyToRows,
-  nextTurn,
+  forEachInSlices,
   threadKey,
   threadOf,
   type ProjectedEvent,
@@ -85,24 +85,19 @@ export class Projector implements BatchHandler {
 
   async handle(batch: readonly RecordedEvent[]): Promise<void> {
     const touched = new Map<string, StoredThreadRows>();
-    let sliceStart = Date.now();
-    for (const recorded of batch) {
+    const fold = (recorded: RecordedEvent) => {
       const event = toProjected(recorded);
       const owner = threadOf(event);
-      if (owner !== null) {
-        const key = threadKey(owner.tenantId, owner.threadId);
-        let rows = touched.get(key);
-        if (rows === undefined) {
-          rows = this.readModels.openThread(owner.tenantId, owner.threadId);
-          touched.set(key, rows);
-        }
-        applyToRows(rows, event);
+      if (owner === null) return;
+      const key = threadKey(owner.tenantId, owner.threadId);
+      let rows = touched.get(key);
+      if (rows === undefined) {
+        rows = this.readModels.openThread(owner.tenantId, owner.threadId);
+        touched.set(key, rows);
       }
-      if (Date.now() - sliceStart >= this.sliceMs) {
-        await nextTurn();
-        sliceStart = Date.now();
-      }
-    }
+      applyToRows(rows, event);
+    };
+    await forEachInSlices(batch, fold, this.sliceMs);
     this.readModels.commit([...touched.values()], batch[batch.length - 1].position);
   }
 }
