@@ -6,6 +6,8 @@
  * An error body stays small whatever the input: a list of problems keeps its first
  * MAX_PROBLEMS, and `problemCount` says how many there were.
  */
+import { PositionNotReachedError } from '@runledger/event-store';
+
 export const MAX_PROBLEMS = 100;
 
 export class ApiError extends Error {
@@ -41,20 +43,25 @@ export class ApiError extends Error {
 }
 
 /**
- * 503 `projection_behind`: a read model (`what`) did not pass `minPosition` within the read
- * wait; `position` is where it stood. The same answer for every read-your-writes wait.
+ * A read-your-writes wait on a read model (`what`): when it does not pass `minPosition` within
+ * the read wait, 503 `projection_behind` with where it stood. Every such wait answers alike.
  */
-export function projectionBehind(
+export async function awaitReadModel(
   what: string,
+  wait: Promise<void>,
   minPosition: number,
   waitMs: number,
-  position: number,
-): ApiError {
-  return new ApiError(
-    503,
-    'projection_behind',
-    `${what} has not reached position ${minPosition} within ${waitMs} ms; retry`,
-    undefined,
-    { position, minPosition },
-  );
+): Promise<void> {
+  try {
+    await wait;
+  } catch (error) {
+    if (!(error instanceof PositionNotReachedError)) throw error;
+    throw new ApiError(
+      503,
+      'projection_behind',
+      `${what} has not reached position ${minPosition} within ${waitMs} ms; retry`,
+      undefined,
+      { position: error.position, minPosition },
+    );
+  }
 }

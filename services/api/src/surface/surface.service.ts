@@ -14,10 +14,10 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import type { Notification } from '@runledger/domain';
-import { EVENT_STORE, PositionNotReachedError, type EventStore } from '@runledger/event-store';
+import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import { APP_CONFIG, type AppConfig } from '../config/config';
-import { ApiError, projectionBehind } from '../http/api-error';
+import { ApiError, awaitReadModel } from '../http/api-error';
 import { SurfaceFollower, type SurfaceObserver } from './surface.follower';
 import { SurfaceStore } from './surface.store';
 
@@ -101,17 +101,13 @@ export class SurfaceService
         `the client surface stopped: ${String(failure)}`,
       );
     }
-    try {
-      await this.follower.waitFor(minPosition, this.config.readWaitMs);
-    } catch (error) {
-      if (!(error instanceof PositionNotReachedError)) throw error;
-      throw projectionBehind(
-        'the client surface',
-        minPosition,
-        this.config.readWaitMs,
-        error.position,
-      );
-    }
+    const { readWaitMs } = this.config;
+    await awaitReadModel(
+      'the client surface',
+      this.follower.waitFor(minPosition, readWaitMs),
+      minPosition,
+      readWaitMs,
+    );
   }
 
   /** Waits until everything recorded so far is folded in: for decisions that must not lag. */

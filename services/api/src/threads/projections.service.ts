@@ -14,7 +14,7 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import { RUN_STREAM_PREFIX } from '@runledger/domain';
-import { EVENT_STORE, PositionNotReachedError, type EventStore } from '@runledger/event-store';
+import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import {
   Projector,
@@ -25,7 +25,7 @@ import {
   type ProjectorObserver,
 } from '@runledger/projections';
 import { APP_CONFIG, type AppConfig } from '../config/config';
-import { projectionBehind } from '../http/api-error';
+import { awaitReadModel } from '../http/api-error';
 
 export const READ_MODELS_FILE = 'read-models.db';
 const PROGRESS_LOG_MS = 2000;
@@ -165,12 +165,13 @@ export class ProjectionsService
   /** Read-your-writes: waits up to READ_WAIT_MS for the projection to pass `minPosition`. */
   async waitFor(minPosition: number | undefined): Promise<void> {
     if (minPosition === undefined) return;
-    try {
-      await this.projector.waitFor(minPosition, this.config.readWaitMs);
-    } catch (error) {
-      if (!(error instanceof PositionNotReachedError)) throw error;
-      throw projectionBehind('the projection', minPosition, this.config.readWaitMs, error.position);
-    }
+    const { readWaitMs } = this.config;
+    await awaitReadModel(
+      'the projection',
+      this.projector.waitFor(minPosition, readWaitMs),
+      minPosition,
+      readWaitMs,
+    );
   }
 
   private async refreshLag(): Promise<void> {
