@@ -342,7 +342,7 @@ export class SqliteEventStore implements EventStore {
         ? this.statements.afterPrefixed.iterate(cursor, prefix.length, prefix, READ_BATCH)
         : this.statements.after.iterate(cursor, READ_BATCH)) {
         rows.push(row);
-        chars += row.data.length + row.metadata.length;
+        chars += storedLength(row);
         // Leaving the loop resets the statement: nothing more is read.
         if (chars >= READ_CHARS) return { rows, full: true };
       }
@@ -472,6 +472,11 @@ function toRecorded(row: EventRow): RecordedEvent {
     data: JSON.parse(row.data) as unknown,
     metadata: JSON.parse(row.metadata) as Record<string, unknown>,
     recordedAt: row.recorded_at,
-    size: row.data.length + row.metadata.length,
+    size: storedLength(row),
   };
+}
+
+/** The length of an event's stored JSON (data and metadata): its `size`. */
+function storedLength(row: EventRow): number {
+  return row.data.length + row.metadata.length;
 }
