@@ -6,9 +6,10 @@
  */
 import type { AddressInfo } from 'node:net';
 import { NestFactory } from '@nestjs/core';
-import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
+import type { NestFastifyApplication } from '@nestjs/platform-fastify';
 import { provisionDevKey } from '../../api/src/auth/api-keys';
 import { jsonLogger, loadConfigOrExit } from '../../api/src/config/process-config';
+import { guardHttp, httpAdapter, OWN_BODY_PARSER } from '../../api/src/http/http-server';
 import { mirrorSettingsOf } from '../../api/src/mirror/mirror.imports';
 import { MirrorAppModule } from './mirror-app.module';
 
@@ -25,9 +26,10 @@ async function main(): Promise<void> {
   const keys = config.apiKeys ?? [provisionDevKey(config.dataDir).key];
   const app = await NestFactory.create<NestFastifyApplication>(
     MirrorAppModule.create(config, settings, keys),
-    new FastifyAdapter(),
-    { logger },
+    httpAdapter(config),
+    { logger, ...OWN_BODY_PARSER },
   );
+  guardHttp(app, config);
   app.enableShutdownHooks();
   await app.listen(config.mirror.port, config.host);
   const { port } = app.getHttpServer().address() as AddressInfo;

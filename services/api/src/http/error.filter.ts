@@ -38,6 +38,23 @@ export function toApiError(error: unknown): ApiError | null {
   return null;
 }
 
+/** Sends a refusal in the API's shape, counted, by every server of ours (api, mirror). */
+export function answerRefusal(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  apiError: ApiError,
+  metrics: Metrics,
+): void {
+  metrics.rejections.inc({ reason: apiError.error });
+  // Refused before its body was read: the rest is discarded for a while, then cut off.
+  lingerUnread(request, reply);
+  // Every "not now" says when to try again; the rate limiter sets its own.
+  if ((apiError.status === 429 || apiError.status === 503) && !reply.hasHeader('Retry-After')) {
+    void reply.header('Retry-After', 1);
+  }
+  void reply.status(apiError.status).send(apiError.body());
+}
+
 @Catch()
 export class ErrorFilter implements ExceptionFilter {
   private readonly logger = new Logger('http');
@@ -65,14 +82,7 @@ export class ErrorFilter implements ExceptionFilter {
         .record(request)
         .catch((cause: unknown) => this.logUnexpected(request, cause));
     }
-    this.metrics.rejections.inc({ reason: apiError.error });
-    // Refused before its body was read: the rest is discarded for a while, then cut off.
-    lingerUnread(request, reply);
-    // Every "not now" says when to try again; the rate limiter sets its own.
-    if ((apiError.status === 429 || apiError.status === 503) && !reply.hasHeader('Retry-After')) {
-      void reply.header('Retry-After', 1);
-    }
-    void reply.status(apiError.status).send(apiError.body());
+    answerRefusal(request, reply, apiError, this.metrics);
   }
 
   private logUnexpected(request: FastifyRequest, error: unknown): void {

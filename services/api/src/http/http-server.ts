@@ -1,0 +1,60 @@
+/**
+ * The HTTP server every runledger process listens with: the api (`createApp`) and the
+ * standalone mirror (services/mirror). Whatever a process serves, a stranger's request costs
+ * a header lookup, a body costs what its route's limits allow, and a client that trickles or
+ * idles is cut off: the same hooks and the same server options on both, so that no server
+ * of ours is the easy one to stall (docs/limits.md).
+ */
+import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
+import { Metrics } from '@runledger/observability';
+import { AccessPolicy } from '../auth/access.guard';
+import { authenticateRequests } from '../auth/authenticate.hook';
+import type { AppConfig } from '../config/config';
+import { answerClientError, guardRequestBodies } from './request-guards';
+
+/** Pass as NestFactory.create's options: the JSON parser is ours (guardRequestBodies). */
+export const OWN_BODY_PARSER = { bodyParser: false } as const;
+
+export function httpAdapter(config: AppConfig): FastifyAdapter {
+  return new FastifyAdapter({
+    // Each route's own limit is set by its scope (guardRequestBodies); this is the ceiling.
+    bodyLimit: config.bodyMaxBytes,
+    // A JSON key like __proto__ or constructor.prototype is refused, never merged.
+    onProtoPoisoning: 'error',
+    onConstructorPoisoning: 'error',
+    // Path ids may be 128 characters (PATH_ID_PATTERN); Fastify's default cap is 100.
+    routerOptions: { maxParamLength: 256 },
+    clientErrorHandler: answerClientError,
+    // A client that trickles its request, or idles on a kept-alive socket, is disconnected.
+    requestTimeout: config.http.requestTimeoutMs,
+    keepAliveTimeout: config.http.keepAliveTimeoutMs,
+    http: {
+      headersTimeout: config.http.headersTimeoutMs,
+      // node:http checks those timeouts every 30 s by default: a trickle would outlive them.
+      connectionsCheckingInterval: Math.min(1000, config.http.headersTimeoutMs),
+    },
+  });
+}
+
+/**
+ * The key checked as a request is routed, bodies read under their route's limits, and every
+ * answer's latency in `http_request_duration_seconds`. Call before `app.init()`: the body
+ * limits are set as routes are registered.
+ */
+export function guardHttp(app: NestFastifyApplication, config: AppConfig): void {
+  const fastify = app.getHttpAdapter().getInstance();
+  const metrics = app.get(Metrics);
+  authenticateRequests(fastify, app.get(AccessPolicy), metrics);
+  guardRequestBodies(fastify, config);
+  fastify.addHook('onResponse', (request, reply, done) => {
+    metrics.httpDuration.observe(
+      {
+        method: request.method,
+        route: request.routeOptions.url ?? 'unmatched',
+        status: String(reply.statusCode),
+      },
+      reply.elapsedTime / 1000,
+    );
+    done();
+  });
+}
