@@ -3,7 +3,8 @@
  * issue 10 a stalled client kept up to SSE_MAX_BUFFER frames (about 1 GiB at the defaults)
  * queued and was never timed out: one stalled client per run added 225-300 MB. Now each has
  * a byte budget and a send timeout, then gets `overflow` and is closed; streams per key and
- * per tenant are capped.
+ * per tenant are capped. The notification stream, paced by its socket, had no send timeout:
+ * a client that stopped reading held its stream slot until it disconnected.
  */
 import { connect, type Socket } from 'node:net';
 import { request, type RunningService } from '../support/service-process';
@@ -105,6 +106,42 @@ it(`sends overflow to ${STALLED} clients that stop reading during a burst and cl
   expectHealthy(watched, RSS_BOUND);
   expect((await logState(service, 'hot')).events).toHaveLength(201);
   for (const socket of stalled) socket.destroy();
+}, 60_000);
+
+it('sends overflow to a notification stream client that stops reading, and closes it', async () => {
+  const overflowsBefore = await metric('runledger_sse_overflows_total');
+  const { socket, status } = await openStream('/v1/notifications/stream', KEY);
+  expect(status).toBe(200);
+  socket.pause();
+  expect(await metric('runledger_sse_clients')).toBe(1);
+  // 40 threads blocked on a question of 256 KiB: each item carries it twice (question and
+  // summary), 20 MiB in all, more than the kernel's socket buffers take.
+  const question = 'q'.repeat(256 * 1024);
+  for (let i = 0; i < 40; i += 1) {
+    const res = await request(service.baseUrl, `/v1/runs/asks-${i}/events`, {
+      key: KEY,
+      body: {
+        events: [
+          { type: 'run.started', data: { threadId: `t-asks-${i}`, agent: 'a', source: 'api' } },
+          {
+            type: 'approval.requested',
+            data: {
+              approvalId: `a-${i}`,
+              toolCallId: `c-${i}`,
+              toolName: 'deploy',
+              input: {},
+              question,
+            },
+          },
+        ],
+      },
+    });
+    expect(res.status).toBe(201);
+  }
+  // Within the send timeout, plus the grace the overflow frame gets.
+  await eventually(async () => (await metric('runledger_sse_clients')) === 0, 15_000);
+  expect(await metric('runledger_sse_overflows_total')).toBe(overflowsBefore + 1);
+  socket.destroy();
 }, 60_000);
 
 it('refuses streams past SSE_MAX_STREAMS_PER_KEY and SSE_MAX_STREAMS_PER_TENANT with 429', async () => {

@@ -5,8 +5,7 @@
  * so it is durable, shared by every replica, and survives a rebuild of the read models.
  */
 import { createHash } from 'node:crypto';
-import type { ServerResponse } from 'node:http';
-import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
 import { v7 as uuidv7 } from 'uuid';
 import { canonicalJson, type Notification } from '@runledger/domain';
 import {
@@ -15,13 +14,15 @@ import {
   type EventStore,
   type RecordedEvent,
 } from '@runledger/event-store';
+import { Metrics } from '@runledger/observability';
 import type { FastifyReply } from 'fastify';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
 import type { ClientCaller } from '../http/caller';
 import { validateBody } from '../http/validate-body';
+import { SseClient, type NotificationsWatch, type OverflowReason } from '../streams/sse-client';
 import { SSE_HEADERS } from '../streams/sse-fanout.service';
-import { HEARTBEAT_FRAME, startFrame } from '../streams/sse-frame';
+import { startFrame } from '../streams/sse-frame';
 import { SurfaceService } from '../surface/surface.service';
 import { SeenBody } from './seen-body';
 
@@ -56,13 +57,15 @@ export function notificationFrame(item: Notification): Buffer {
 
 @Injectable()
 export class NotificationsService implements OnModuleDestroy {
+  private readonly logger = new Logger('sse');
   /** Open live streams: ended at shutdown, since the HTTP server waits for open connections. */
-  private readonly streams = new Set<ServerResponse>();
+  private readonly streams = new Set<SseClient<NotificationsWatch>>();
 
   constructor(
     private readonly surface: SurfaceService,
     @Inject(EVENT_STORE) private readonly log: EventStore,
     @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly metrics: Metrics,
   ) {}
 
   /** Items after `after`, or after the caller's seen cursor when `after` is not given. */
@@ -144,9 +147,21 @@ export class NotificationsService implements OnModuleDestroy {
     const res = reply.raw;
     if (res.destroyed || !res.socket || res.socket.destroyed) return;
     res.writeHead(200, SSE_HEADERS);
-    res.write(startFrame(cursor));
-    this.streams.add(res);
-    let closed = false;
+    // The run and thread streams' client: a socket that takes nothing for SSE_SEND_TIMEOUT_MS
+    // is sent `overflow` and closed, so a client that never reads cannot hold its slot forever.
+    const client = new SseClient<NotificationsWatch>(
+      res,
+      { kind: 'notifications', tenantId: caller.tenantId, user: query.user ?? null },
+      cursor,
+      {
+        maxBufferBytes: this.config.sse.maxBufferBytes,
+        sendTimeoutMs: this.config.sse.sendTimeoutMs,
+        onOverflow: (behind, reason) => this.overflowed(behind, reason),
+      },
+    );
+    client.writeRaw(startFrame(cursor));
+    this.streams.add(client);
+    this.metrics.sseClients.inc();
     let changed = false;
     let wake: (() => void) | null = null;
     const signal = () => {
@@ -158,16 +173,11 @@ export class NotificationsService implements OnModuleDestroy {
       changed = true;
       signal();
     });
-    const heartbeat = setInterval(() => res.write(HEARTBEAT_FRAME), this.config.sse.heartbeatMs);
+    const heartbeat = setInterval(() => client.heartbeat(), this.config.sse.heartbeatMs);
     heartbeat.unref();
-    const onClose = () => {
-      closed = true;
-      signal();
-    };
-    res.on('close', onClose);
-    res.on('drain', signal);
+    res.on('close', signal);
     try {
-      while (!closed) {
+      while (!client.closed) {
         changed = false;
         const page = this.surface.store.notifications(caller.tenantId, {
           after: cursor,
@@ -175,22 +185,32 @@ export class NotificationsService implements OnModuleDestroy {
           limit: STREAM_PAGE,
         });
         for (const item of page) {
-          if (closed) break;
+          if (client.closed) break;
           cursor = item.position;
-          if (!res.write(notificationFrame(item))) {
-            await new Promise<void>((resolve) => (wake = resolve));
-          }
+          // Paced by the client's socket: resolves once it takes more (or closes).
+          await client.write(notificationFrame(item), item.position);
         }
-        if (page.length === STREAM_PAGE || changed || closed) continue;
+        if (page.length === STREAM_PAGE || changed || client.closed) continue;
         await new Promise<void>((resolve) => (wake = resolve));
       }
     } finally {
-      this.streams.delete(res);
+      this.streams.delete(client);
+      this.metrics.sseClients.dec();
       stopListening();
       clearInterval(heartbeat);
-      res.off('drain', signal);
-      res.off('close', onClose);
+      res.off('close', signal);
     }
+  }
+
+  private overflowed(client: SseClient<NotificationsWatch>, reason: OverflowReason): void {
+    this.metrics.sseOverflows.inc();
+    this.logger.warn({
+      msg: 'notification stream client took nothing in time; sent overflow and closed the stream',
+      watch: client.watch,
+      reason,
+      resumeFrom: client.lastWritten,
+      sendTimeoutMs: this.config.sse.sendTimeoutMs,
+    });
   }
 
   /**
@@ -204,11 +224,8 @@ export class NotificationsService implements OnModuleDestroy {
   }
 
   onModuleDestroy(): void {
-    for (const res of this.streams) {
-      // The socket ends once the last bytes left, so a keep-alive socket does not hold up the close.
-      res.once('finish', () => res.socket?.end());
-      res.end();
-    }
+    // Before the HTTP server closes: it waits for open connections, and streams never end.
+    for (const client of this.streams) client.end(undefined, 0);
   }
 
   private async lastSeen(caller: ClientCaller): Promise<RecordedEvent | undefined> {

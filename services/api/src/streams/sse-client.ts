@@ -11,19 +11,26 @@ import { HEARTBEAT_FRAME, overflowFrame } from './sse-frame';
 /** Why a client was sent `overflow`. */
 export type OverflowReason = 'buffer' | 'send_timeout';
 
-export interface SseClientLimits {
+export interface SseClientLimits<W = StreamWatch> {
   /** Bytes written or queued but not yet taken by the socket, at most. */
   maxBufferBytes: number;
   /** How long the socket may take nothing while bytes wait for it. */
   sendTimeoutMs: number;
   /** Told once, as the client is sent `overflow` (to count it, log it, stop feeding it). */
-  onOverflow?: (client: SseClient, reason: OverflowReason) => void;
+  onOverflow?: (client: SseClient<W>, reason: OverflowReason) => void;
 }
 
 /** What a stream shows: one run, or every run of one thread, always within one tenant. */
 export type StreamWatch =
   | { kind: 'run'; tenantId: string; runId: string }
   | { kind: 'thread'; tenantId: string; threadId: string };
+
+/** A tenant's notifications, all or one user's (GET /v1/notifications/stream). */
+export interface NotificationsWatch {
+  kind: 'notifications';
+  tenantId: string;
+  user: string | null;
+}
 
 interface QueuedFrame {
   bytes: Buffer;
@@ -33,7 +40,7 @@ interface QueuedFrame {
 /** How long a closed stream's last bytes may wait for a client that does not read. */
 export const CLOSE_GRACE_MS = 30_000;
 
-export class SseClient {
+export class SseClient<W = StreamWatch> {
   /** Every event of the watch at or below this position has been written or queued. */
   cursor: number;
   /** Position of the last event handed to the socket: where a resumed stream continues. */
@@ -52,9 +59,9 @@ export class SseClient {
 
   constructor(
     private readonly res: ServerResponse,
-    readonly watch: StreamWatch,
+    readonly watch: W,
     from: number,
-    private readonly limits: SseClientLimits,
+    private readonly limits: SseClientLimits<W>,
   ) {
     this.cursor = from;
     this.lastWritten = from;
