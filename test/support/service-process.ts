@@ -8,63 +8,12 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { CONFIG_VARIABLES } from '../../services/api/src/config/config';
 
 export const REPO_ROOT = resolve(__dirname, '..', '..');
 export const SERVICE_MAIN = join(REPO_ROOT, 'dist', 'services', 'api', 'src', 'main.js');
 /** The standalone mirror service (`npm run start:mirror`). */
 export const MIRROR_MAIN = join(REPO_ROOT, 'dist', 'services', 'mirror', 'src', 'main.js');
-
-/** Every variable the service reads (services/api/src/config/config.ts): none leaks in from the runner. */
-const SERVICE_VARIABLES = [
-  'PORT',
-  'HOST',
-  'DATA_DIR',
-  'RUNLEDGER_API_KEYS',
-  'EVENTSTORE_URL',
-  'STORE_STARTUP_TIMEOUT_MS',
-  'SQLITE_SYNCHRONOUS',
-  'BODY_MAX_BYTES',
-  'EVENT_MAX_BYTES',
-  'READ_WAIT_MS',
-  'POLICY_FILE',
-  'RECEIPT_SECRET',
-  'RECEIPT_TTL_S',
-  'STREAM_TOKEN_TTL_S',
-  'CORS_ORIGINS',
-  'RATE_LIMIT_WINDOW_MS',
-  'RATE_LIMIT_CALLS',
-  'RATE_LIMIT_COSTLY',
-  'RATE_LIMIT_SERVICE_CALLS',
-  'RATE_LIMIT_SERVICE_COSTLY',
-  'RUNLEDGER_ENV',
-  'NODE_ENV',
-  'MAX_EVENTS_PER_APPEND',
-  'LOG_LEVEL',
-  'KAFKA_BROKERS',
-  'KAFKA_TOPIC',
-  'KAFKA_NOTIFICATIONS_TOPIC',
-  'KAFKA_PARTITIONS',
-  'MIRROR_FORMAT',
-  'MIRROR_STALL_MS',
-  'MIRROR_RETRY_MAX_MS',
-  'MIRROR_WATCHDOG_MS',
-  'MIRROR_PORT',
-  'SMALL_BODY_MAX_BYTES',
-  'JSON_MAX_KEYS',
-  'JSON_MAX_OBJECT_KEYS',
-  'JSON_MAX_ITEMS',
-  'LARGE_BODY_BYTES',
-  'LARGE_BODY_CONCURRENCY',
-  'HTTP_REQUEST_TIMEOUT_MS',
-  'HTTP_HEADERS_TIMEOUT_MS',
-  'HTTP_KEEP_ALIVE_TIMEOUT_MS',
-  'SSE_MAX_BUFFER_BYTES',
-  'SSE_SEND_TIMEOUT_MS',
-  'SSE_MAX_STREAMS_PER_KEY',
-  'SSE_MAX_STREAMS_PER_TENANT',
-  'SSE_HEARTBEAT_MS',
-  'REJECTION_MARKER_WINDOW_MS',
-];
 
 const READY_LINE = /runledger listening on (http:\/\/\S+)/;
 const DEFAULT_READY_TIMEOUT_MS = 20_000;
@@ -252,7 +201,8 @@ export function freePort(host = '127.0.0.1'): Promise<number> {
 export function spawnService(env: ServiceEnv, main = SERVICE_MAIN): ServiceProcess {
   assertBuilt(main);
   const childEnv: NodeJS.ProcessEnv = { ...process.env };
-  for (const name of SERVICE_VARIABLES) delete childEnv[name];
+  // Every variable the service reads: none leaks in from the runner.
+  for (const name of CONFIG_VARIABLES) delete childEnv[name];
   for (const [name, value] of Object.entries(env)) {
     if (value === undefined) delete childEnv[name];
     else childEnv[name] = value;

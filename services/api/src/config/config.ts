@@ -276,7 +276,8 @@ export class EnvironmentSchema {
   MIRROR_PORT = 3001;
 }
 
-const VARIABLES: readonly (keyof EnvironmentSchema)[] = [
+/** Every variable the service reads; docs/configuration.md has a row for each. */
+export const CONFIG_VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'PORT',
   'HOST',
   'DATA_DIR',
@@ -539,7 +540,7 @@ function limitOrderProblems(parsed: EnvironmentSchema): string[] {
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
   // An empty variable means "unset": the default applies.
   const defined = Object.fromEntries(
-    VARIABLES.filter((name) => env[name] !== undefined && env[name] !== '').map((name) => [
+    CONFIG_VARIABLES.filter((name) => env[name] !== undefined && env[name] !== '').map((name) => [
       name,
       env[name],
     ]),

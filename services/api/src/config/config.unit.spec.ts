@@ -1,5 +1,7 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { shortKeyWarning } from '../auth/api-keys';
-import { ConfigError, loadConfig, parseApiKeys } from './config';
+import { CONFIG_VARIABLES, ConfigError, loadConfig, parseApiKeys } from './config';
 
 function problemsOf(env: Record<string, string>): string[] {
   try {
@@ -284,5 +286,17 @@ describe('RUNLEDGER_API_KEYS', () => {
   ])('refuses %s', (text, rule) => {
     expect(() => parseApiKeys(text)).toThrow(rule);
     expect(() => loadConfig({ RUNLEDGER_API_KEYS: text })).toThrow(/RUNLEDGER_API_KEYS/);
+  });
+});
+
+describe('docs/configuration.md', () => {
+  const doc = readFileSync(
+    join(__dirname, '..', '..', '..', '..', 'docs', 'configuration.md'),
+    'utf8',
+  );
+  const documented = [...doc.matchAll(/^\| `([A-Z_]+)`/gm)].map((match) => match[1]);
+
+  it('has one row for every variable the service reads, and none for another', () => {
+    expect([...documented].sort()).toEqual([...CONFIG_VARIABLES].sort());
   });
 });
