@@ -1,6 +1,7 @@
 /** The command bodies, strict like every event schema. */
 import { Allow, IsIn, IsNotEmpty, IsString, MaxLength, ValidateIf } from 'class-validator';
 import { DECISIONS, type Decision } from '@runledger/domain';
+import { PROMPT_TEXT_MAX } from '../prompt/prompt-body';
 
 export class SteerBody {
   @IsString()
@@ -8,8 +9,10 @@ export class SteerBody {
   @MaxLength(256)
   expectedTurnId!: string;
 
+  /** A message to the agent, held to a prompt's length: unbounded, it reached the log whole. */
   @IsString()
   @IsNotEmpty()
+  @MaxLength(PROMPT_TEXT_MAX)
   instruction!: string;
 }
 

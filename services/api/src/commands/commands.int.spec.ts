@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
+import { PROMPT_TEXT_MAX } from '../prompt/prompt-body';
 
 const policyDir = mkdtempSync(join(tmpdir(), 'runledger-policy-'));
 const policyFile = join(policyDir, 'policy.yaml');
@@ -87,6 +88,22 @@ describe('steer', () => {
       extra: 1,
     });
     expect(bad.status).toBe(400);
+  });
+
+  it('refuses an instruction longer than a prompt may be, naming it, and appends nothing', async () => {
+    const { runId } = await newRun([turn('turn-1')]);
+    const long = await post(`/v1/runs/${runId}/steer`, {
+      expectedTurnId: 'turn-1',
+      instruction: 'x'.repeat(PROMPT_TEXT_MAX + 1),
+    });
+    expect(long.status).toBe(400);
+    expect(long.body.details).toEqual([expect.objectContaining({ field: 'instruction' })]);
+    expect(await types(runId)).not.toContain('turn.steered');
+    const longest = await post(`/v1/runs/${runId}/steer`, {
+      expectedTurnId: 'turn-1',
+      instruction: 'x'.repeat(PROMPT_TEXT_MAX),
+    });
+    expect(longest.status).toBe(201);
   });
 });
 

@@ -6,6 +6,7 @@
  */
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { DECISIONS, EVENT_TYPES, RUN_SOURCES } from '@runledger/domain';
+import { PROMPT_TEXT_MAX } from '../prompt/prompt-body';
 
 const ANY_OBJECT = { type: 'object', additionalProperties: true } as const;
 /** Any JSON value (OpenAPI 3.0 has no `{}` Nest can emit): object, array, string, number, boolean or null. */
@@ -259,7 +260,7 @@ export class ToolResultText {
 
 export class SteerRequest {
   @ApiProperty({ maxLength: 256 }) expectedTurnId!: string;
-  @ApiProperty() instruction!: string;
+  @ApiProperty({ maxLength: PROMPT_TEXT_MAX }) instruction!: string;
 }
 
 export class SteerResponse {
