@@ -4,11 +4,34 @@
  * top-level fields that their contract names (the 413 of an oversize model call).
  *
  * An error body stays small whatever the input: a list of problems keeps its first
- * MAX_PROBLEMS, and `problemCount` says how many there were.
+ * MAX_PROBLEMS, and `problemCount` says how many there were; a message, or a problem's text,
+ * that quotes the client (a 50,000-character key, a path) is cut, saying how long it was.
  */
 import { PositionNotReachedError } from '@runledger/event-store';
 
 export const MAX_PROBLEMS = 100;
+/** Longest message an error carries, in characters. */
+export const MAX_MESSAGE_CHARS = 1024;
+/** Longest text of one listed problem (its field path, its message), in characters. */
+export const MAX_PROBLEM_TEXT_CHARS = 256;
+
+/** `text` cut to `max` characters (never between the halves of a surrogate pair), saying so. */
+export function clipText(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const code = text.charCodeAt(max - 1);
+  const end = code >= 0xd800 && code <= 0xdbff ? max - 1 : max;
+  return `${text.slice(0, end)}… (${text.length} characters)`;
+}
+
+function clipProblem(problem: unknown): unknown {
+  if (typeof problem !== 'object' || problem === null || Array.isArray(problem)) return problem;
+  return Object.fromEntries(
+    Object.entries(problem).map(([key, value]) => [
+      key,
+      typeof value === 'string' ? clipText(value, MAX_PROBLEM_TEXT_CHARS) : value,
+    ]),
+  );
+}
 
 export class ApiError extends Error {
   readonly details?: unknown;
@@ -22,13 +45,16 @@ export class ApiError extends Error {
     fields: Record<string, unknown> = {},
   ) {
     const capped = Array.isArray(details) && details.length > MAX_PROBLEMS;
+    const clipped = clipText(message, MAX_MESSAGE_CHARS);
     super(
       capped
-        ? `${message} (the first ${MAX_PROBLEMS} of ${details.length} problems are listed)`
-        : message,
+        ? `${clipped} (the first ${MAX_PROBLEMS} of ${details.length} problems are listed)`
+        : clipped,
     );
     this.name = 'ApiError';
-    this.details = capped ? details.slice(0, MAX_PROBLEMS) : details;
+    this.details = Array.isArray(details)
+      ? details.slice(0, MAX_PROBLEMS).map(clipProblem)
+      : details;
     this.fields = capped ? { ...fields, problemCount: details.length } : fields;
   }
 

@@ -1,4 +1,10 @@
-import { ApiError, MAX_PROBLEMS } from './api-error';
+import {
+  ApiError,
+  clipText,
+  MAX_MESSAGE_CHARS,
+  MAX_PROBLEM_TEXT_CHARS,
+  MAX_PROBLEMS,
+} from './api-error';
 
 const problems = (n: number) =>
   Array.from({ length: n }, (_, i) => ({ field: `k${i}`, rule: 'whitelistValidation' }));
@@ -45,5 +51,43 @@ describe('ApiError', () => {
       message: 'slow down',
       details,
     });
+  });
+
+  it('cuts a message that quotes the client, saying how long it was', () => {
+    const body = new ApiError(404, 'not_found', `Cannot GET /${'z'.repeat(20_000)}`).body();
+    expect(body.message).toBe(
+      `Cannot GET /${'z'.repeat(MAX_MESSAGE_CHARS - 12)}… (20012 characters)`,
+    );
+  });
+
+  it('cuts each text of a listed problem, and leaves its other values as they are', () => {
+    const field = `data.${'k'.repeat(5000)}`;
+    const body = new ApiError(400, 'validation_failed', 'invalid', [
+      {
+        index: 3,
+        field,
+        rule: 'whitelistValidation',
+        message: `property ${field} should not exist`,
+      },
+    ]).body();
+    expect(body.details).toEqual([
+      {
+        index: 3,
+        field: `${field.slice(0, MAX_PROBLEM_TEXT_CHARS)}… (5005 characters)`,
+        rule: 'whitelistValidation',
+        message: `property ${field.slice(0, MAX_PROBLEM_TEXT_CHARS - 9)}… (5031 characters)`,
+      },
+    ]);
+  });
+});
+
+describe('clipText', () => {
+  it('keeps a text at the limit as it is', () => {
+    expect(clipText('abc', 3)).toBe('abc');
+  });
+
+  it('never cuts between the halves of a surrogate pair', () => {
+    expect(clipText('ab😀cd', 3)).toBe('ab… (6 characters)');
+    expect(clipText('ab😀cd', 4)).toBe('ab😀… (6 characters)');
   });
 });

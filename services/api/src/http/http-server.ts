@@ -7,10 +7,15 @@
  */
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Metrics } from '@runledger/observability';
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { AccessPolicy } from '../auth/access.guard';
 import { authenticateRequests } from '../auth/authenticate.hook';
 import type { AppConfig } from '../config/config';
+import { ApiError } from './api-error';
 import { answerClientError, guardRequestBodies } from './request-guards';
+
+/** Path ids may be 128 characters (PATH_ID_PATTERN); Fastify's default cap is 100. */
+const MAX_PARAM_LENGTH = 256;
 
 /** Pass as NestFactory.create's options: the JSON parser is ours (guardRequestBodies). */
 export const OWN_BODY_PARSER = { bodyParser: false } as const;
@@ -22,9 +27,11 @@ export function httpAdapter(config: AppConfig): FastifyAdapter {
     // A JSON key like __proto__ or constructor.prototype is refused, never merged.
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
-    // Path ids may be 128 characters (PATH_ID_PATTERN); Fastify's default cap is 100.
-    routerOptions: { maxParamLength: 256 },
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     clientErrorHandler: answerClientError,
+    // A path Fastify cannot route (a bad %-escape, an id past maxParamLength) is answered in
+    // the API's shape; Fastify's own answer quoted the whole path, up to the header limit.
+    frameworkErrors: answerUnroutable,
     // A client that trickles its request, or idles on a kept-alive socket, is disconnected.
     requestTimeout: config.http.requestTimeoutMs,
     keepAliveTimeout: config.http.keepAliveTimeoutMs,
@@ -34,6 +41,22 @@ export function httpAdapter(config: AppConfig): FastifyAdapter {
       connectionsCheckingInterval: Math.min(1000, config.http.headersTimeoutMs),
     },
   });
+}
+
+function answerUnroutable(
+  error: FastifyError,
+  _request: FastifyRequest,
+  reply: FastifyReply,
+): void {
+  const refusal =
+    error.code === 'FST_ERR_MAX_PARAM_LENGTH'
+      ? new ApiError(
+          414,
+          'uri_too_long',
+          `a path segment is longer than ${MAX_PARAM_LENGTH} characters`,
+        )
+      : new ApiError(400, 'bad_url', 'the path is not a valid URL: a %-escape does not decode');
+  void reply.code(refusal.status).send(refusal.body());
 }
 
 /**

@@ -305,6 +305,26 @@ describe('body limits', () => {
     expect(await eventCount(t, runId)).toBe(1);
   });
 
+  it('answers twenty 10,000-character unknown keys with a small body, each key cut', async () => {
+    const runId = await startRun(t);
+    const data = Object.fromEntries(
+      Array.from({ length: 20 }, (_, i) => [`${i}-${'k'.repeat(10_000)}`, 1]),
+    );
+    const res = await t
+      .http()
+      .post(`/v1/runs/${runId}/events`)
+      .set(t.auth())
+      .send({ events: [{ type: 'message.added', data }] });
+    expect(res.status).toBe(400);
+    expect(res.text.length).toBeLessThan(20 * 3 * 300);
+    expect(res.body.details).toContainEqual(
+      expect.objectContaining({
+        field: expect.stringMatching(/^data\.0-k+… \(10007 characters\)$/),
+      }),
+    );
+    expect(await eventCount(t, runId)).toBe(1);
+  });
+
   it('still refuses a __proto__ key 400', async () => {
     const res = await t
       .http()
@@ -312,6 +332,27 @@ describe('body limits', () => {
       .set({ ...t.auth(), 'Content-Type': 'application/json' })
       .send('{"events":[],"__proto__":{"polluted":true}}');
     expect(res.status).toBe(400);
+  });
+});
+
+describe('paths that quote themselves in errors', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening();
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it.each([
+    ['an unknown route', `/v1/${'z'.repeat(15_000)}`, 404, 'not_found'],
+    ['an undecodable %-escape', `/v1/threads/${'%ff'.repeat(5000)}`, 400, 'bad_url'],
+    ['a path id past 256 characters', `/v1/runs/${'r'.repeat(15_000)}/events`, 414, 'uri_too_long'],
+  ])('answers %s in the API shape with a small body', async (_, path, status, error) => {
+    const res = await t.http().get(path).set(t.auth());
+    expect(res.status).toBe(status);
+    expect(res.body).toMatchObject({ error });
+    expect(res.text.length).toBeLessThan(1200);
   });
 });
 
