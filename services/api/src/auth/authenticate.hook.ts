@@ -1,9 +1,10 @@
 /**
  * Who is calling, settled as soon as a request is routed (Fastify `onRequest`), before any
- * byte of its body is read: a request without a recognised key is answered 401 here and
- * never reaches a body parser, so a stranger's 16 MiB body costs a header lookup. The
- * principal is attached to the request; which scope a route needs stays the AccessGuard's
- * decision. Routes declared @Public() (probes, metrics) and the API docs need no key.
+ * byte of its body is read: a request without a recognised key is answered 401 here, and a
+ * key without the scope the route declares 403, and neither reaches a body parser, so a
+ * stranger's 16 MiB body costs a header lookup. The decision is the AccessGuard's own
+ * (AccessPolicy), taken early; the guard still settles stream tokens and the acting user.
+ * Routes declared @Public() (probes, metrics) and the API docs need no key.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Metrics } from '@runledger/observability';
@@ -30,7 +31,13 @@ export function authenticateRequests(
       return;
     }
     try {
-      request.principal = policy.identify(request);
+      // The guard's own decision (AccessPolicy.principalFor), taken before the body: a key
+      // without the route's scope is refused unread, not after its 32 MiB were parsed.
+      const access = routeAccess(request.routeOptions.config);
+      request.principal =
+        access !== undefined && 'scope' in access
+          ? policy.principalFor(request, access.scope)
+          : policy.identify(request);
     } catch (error) {
       if (!(error instanceof ApiError)) {
         done(error instanceof Error ? error : new Error(String(error)));
@@ -39,7 +46,9 @@ export function authenticateRequests(
       metrics.rejections.inc({ reason: error.error });
       // The body is never parsed: node:http discards it, for a while.
       lingerUnread(request, reply);
-      void reply.code(error.status).header('WWW-Authenticate', 'Bearer').send(error.body());
+      // A challenge for a missing or unknown key; a known key without the scope is told so.
+      if (error.status === 401) void reply.header('WWW-Authenticate', 'Bearer');
+      void reply.code(error.status).send(error.body());
       return;
     }
     done();

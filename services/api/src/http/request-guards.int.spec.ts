@@ -173,13 +173,20 @@ describe('authentication before the body', () => {
     }
   });
 
-  it('still decides scopes in the guard: a read-only key is 403 on append', async () => {
-    const res = await t
-      .http()
-      .post(`/v1/runs/run-${randomUUID()}/events`)
-      .set(t.auth(KEYS.readerA))
-      .send({ events: [] });
-    expect(res.status).toBe(403);
+  it("answers 403 to a key without the route's scope while its body is still unsent", async () => {
+    const answer = await rawRequest(
+      t,
+      post(`/v1/runs/run-${randomUUID()}/events`, {
+        'Content-Length': 16 * 1024 * 1024,
+        Authorization: `Bearer ${KEYS.readerA}`,
+      }),
+      '{"events":[',
+    );
+    expect(answer.status).toBe(403);
+    expect(JSON.parse(answer.body)).toEqual({
+      error: 'forbidden',
+      message: 'this API key lacks the append scope',
+    });
   });
 });
 

@@ -12,7 +12,6 @@ import type { FastifyRequest } from 'fastify';
 import { Metrics } from '@runledger/observability';
 import { AccessPolicy } from '../auth/access.guard';
 import { APP_CONFIG, type AppConfig } from '../config/config';
-import { ApiError } from '../http/api-error';
 import { RunLogService } from './run-log.service';
 
 const APPEND_ROUTE = '/v1/runs/:runId/events';
@@ -58,18 +57,14 @@ export class BodyRejections implements BeforeApplicationShutdown {
       request.routeOptions.url === APPEND_ROUTE &&
       typeof runId === 'string'
     ) {
-      try {
-        const principal = this.policy.principalFor(request, 'append');
-        tenantId = principal.tenantId;
-        marker = await this.mark(`${tenantId}\u0000${principal.keyId}\u0000${runId}`, {
-          tenantId,
-          runId,
-          declaredBytes,
-        });
-      } catch (error) {
-        if (!(error instanceof ApiError)) throw error;
-        marker = 'not_authorized';
-      }
+      // A key without the append scope was refused 403 before its body (authenticate.hook.ts).
+      const principal = this.policy.principalFor(request, 'append');
+      tenantId = principal.tenantId;
+      marker = await this.mark(`${tenantId}\u0000${principal.keyId}\u0000${runId}`, {
+        tenantId,
+        runId,
+        declaredBytes,
+      });
     }
     this.metrics.bodyRejections.inc({ marker });
     // A coalesced refusal is logged with its window's marker, not one line each.
