@@ -332,13 +332,30 @@ describe('body limits', () => {
     expect(await eventCount(t, runId)).toBe(1);
   });
 
-  it('still refuses a __proto__ key 400', async () => {
+  it.each([
+    ['__proto__', '{"events":[],"__proto__":{"polluted":true}}'],
+    ['constructor.prototype', '{"events":[],"constructor":{"prototype":{"polluted":true}}}'],
+  ])('refuses a %s key 400, naming it rather than calling the JSON invalid', async (_, body) => {
     const res = await t
       .http()
       .post(`/v1/runs/run-${randomUUID()}/events`)
       .set({ ...t.auth(), 'Content-Type': 'application/json' })
-      .send('{"events":[],"__proto__":{"polluted":true}}');
+      .send(body);
     expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({
+      error: 'validation_failed',
+      details: [{ field: 'body', rule: 'forbiddenKey' }],
+    });
+  });
+
+  it('still calls JSON that does not parse malformed', async () => {
+    const res = await t
+      .http()
+      .post(`/v1/runs/run-${randomUUID()}/events`)
+      .set({ ...t.auth(), 'Content-Type': 'application/json' })
+      .send('{"events":[');
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({ error: 'malformed_body' });
   });
 });
 

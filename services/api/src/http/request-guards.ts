@@ -105,6 +105,23 @@ function shapeRefusal(problem: JsonShapeProblem): ApiError {
   ]);
 }
 
+function isJson(text: string | Buffer): boolean {
+  try {
+    JSON.parse(text.toString());
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function forbiddenKeyRefusal(): ApiError {
+  const message =
+    'the body holds a __proto__ or constructor.prototype key, which is refused; nothing was done';
+  return new ApiError(400, 'validation_failed', message, [
+    { field: 'body', rule: 'forbiddenKey', message },
+  ]);
+}
+
 /**
  * node:http's answer to bytes that are not a request (Fastify's default, but for one case).
  * Requests are now answered as soon as they are routed, some before their body was read;
@@ -208,7 +225,12 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
     maxItems: config.json.maxItems,
   };
   // As Fastify's own: a `__proto__` or `constructor.prototype` key is refused, never merged.
-  const parseJson = fastify.getDefaultJsonParser('error', 'error');
+  const parseStrict = fastify.getDefaultJsonParser('error', 'error');
+  // Fastify answers "not valid JSON" for valid JSON with a forbidden key too: say which it is.
+  const parseJson: typeof parseStrict = (request, text, done) =>
+    parseStrict(request, text, (error, body) => {
+      done(error !== null && isJson(text) ? forbiddenKeyRefusal() : error, body);
+    });
   fastify.addContentTypeParser('application/json', (request, payload, done) => {
     const limit = request.routeOptions.bodyLimit;
     const scanner = new JsonShapeScanner(shape);
