@@ -348,6 +348,19 @@ describe('body limits', () => {
     });
   });
 
+  it.each(['text/plain', 'application/x-www-form-urlencoded'])(
+    'answers a %s body 415 unsupported_media_type',
+    async (type) => {
+      const res = await t
+        .http()
+        .post(`/v1/runs/run-${randomUUID()}/events`)
+        .set({ ...t.auth(), 'Content-Type': type })
+        .send('{"events":[]}');
+      expect(res.status).toBe(415);
+      expect(res.body).toMatchObject({ error: 'unsupported_media_type' });
+    },
+  );
+
   it('still calls JSON that does not parse malformed', async () => {
     const res = await t
       .http()

@@ -225,6 +225,9 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
     maxItems: config.json.maxItems,
   };
   // As Fastify's own: a `__proto__` or `constructor.prototype` key is refused, never merged.
+  // Every body is JSON: Fastify's text/plain parser handed routes a string, answered 400
+  // "must be a JSON object" where every other media type is 415.
+  fastify.removeContentTypeParser('text/plain');
   const parseStrict = fastify.getDefaultJsonParser('error', 'error');
   // Fastify answers "not valid JSON" for valid JSON with a forbidden key too: say which it is.
   const parseJson: typeof parseStrict = (request, text, done) =>
