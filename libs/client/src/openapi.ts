@@ -487,6 +487,15 @@ export interface components {
             /** @enum {boolean} */
             truncated: true;
         };
+        AppendedEvent: {
+            id: string;
+            revision: number;
+            position: number;
+        };
+        TruncatedEvent: {
+            id: string;
+            originalByteLength: number;
+        };
         ModelCallRefusedBody: {
             /**
              * @description Stable machine-readable code
@@ -509,6 +518,15 @@ export interface components {
             /** @description The reduced record that was written */
             recorded: components["schemas"]["RecordedRef"];
             advice: string;
+            runId: string;
+            firstRevision: number;
+            lastRevision: number;
+            /** @description Pass as `?minPosition=` to read your own write */
+            position: number;
+            /** @description Every event of the batch was recorded, the call's reduced */
+            events: components["schemas"]["AppendedEvent"][];
+            /** @description Events reduced to fit */
+            truncated: components["schemas"]["TruncatedEvent"][];
         };
         RecordedEvent: {
             id: string;
@@ -552,15 +570,6 @@ export interface components {
             /** @description The run's last revision, or `no_stream`, `stream_exists`, `any` (default) */
             expectedRevision?: number | ("no_stream" | "stream_exists" | "any");
             events: components["schemas"]["NewEvent"][];
-        };
-        AppendedEvent: {
-            id: string;
-            revision: number;
-            position: number;
-        };
-        TruncatedEvent: {
-            id: string;
-            originalByteLength: number;
         };
         AppendResponse: {
             runId: string;

@@ -56,6 +56,17 @@ class RecordedRef {
   @ApiProperty({ enum: [true] }) truncated!: true;
 }
 
+class AppendedEvent {
+  @ApiProperty() id!: string;
+  @ApiProperty() revision!: number;
+  @ApiProperty() position!: number;
+}
+
+class TruncatedEvent {
+  @ApiProperty() id!: string;
+  @ApiProperty() originalByteLength!: number;
+}
+
 export class ModelCallRefusedBody extends ErrorBody {
   @ApiProperty({ enum: ['refused'], description: 'Never dispatch this model call' })
   dispatch!: 'refused';
@@ -64,6 +75,18 @@ export class ModelCallRefusedBody extends ErrorBody {
   @ApiProperty({ type: RecordedRef, description: 'The reduced record that was written' })
   recorded!: RecordedRef;
   @ApiProperty() advice!: string;
+  @ApiProperty() runId!: string;
+  @ApiProperty() firstRevision!: number;
+  @ApiProperty() lastRevision!: number;
+  @ApiProperty({ description: 'Pass as `?minPosition=` to read your own write' })
+  position!: number;
+  @ApiProperty({
+    type: [AppendedEvent],
+    description: "Every event of the batch was recorded, the call's reduced",
+  })
+  events!: AppendedEvent[];
+  @ApiProperty({ type: [TruncatedEvent], description: 'Events reduced to fit' })
+  truncated!: TruncatedEvent[];
 }
 
 export class NewEvent {
@@ -91,17 +114,6 @@ export class AppendRequest {
   expectedRevision?: number | 'no_stream' | 'stream_exists' | 'any';
   @ApiProperty({ type: [NewEvent], minItems: 1 })
   events!: NewEvent[];
-}
-
-class AppendedEvent {
-  @ApiProperty() id!: string;
-  @ApiProperty() revision!: number;
-  @ApiProperty() position!: number;
-}
-
-class TruncatedEvent {
-  @ApiProperty() id!: string;
-  @ApiProperty() originalByteLength!: number;
 }
 
 export class AppendResponse {

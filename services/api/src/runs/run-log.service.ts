@@ -146,6 +146,10 @@ export class RunLogService {
         recorded: { revision: recorded.revision, position: recorded.position, truncated: true },
       });
     }
+    const truncated = reduced.map(({ g, recorded }) => ({
+      id: recorded.id,
+      originalByteLength: g.originalByteLength,
+    }));
     const call = reduced.find(({ g }) => g.event.type === 'model.call');
     if (call) {
       this.metrics.dispatchRefusals.inc();
@@ -168,17 +172,14 @@ export class RunLogService {
             'Do not dispatch this call. Reduce its context below the limit: drop or summarise the oldest ' +
             'messages, shorten long tool outputs and documents quoted in messages, send large attachments ' +
             'by reference instead of inline, and trim tool schemas; then record and dispatch the smaller call.',
-          runId,
+          // The whole batch was recorded, not only the call: a client that retried the 413
+          // without event ids would record the rest twice.
+          ...response,
+          truncated,
         },
       );
     }
-    return {
-      ...response,
-      truncated: reduced.map(({ g, recorded }) => ({
-        id: recorded.id,
-        originalByteLength: g.originalByteLength,
-      })),
-    };
+    return { ...response, truncated };
   }
 
   /**

@@ -99,6 +99,37 @@ describe('an oversize model.call', () => {
     expect(Buffer.byteLength(JSON.stringify(call))).toBeLessThanOrEqual(EVENT_MAX_BYTES);
   });
 
+  it('in a batch, answers 413 with every event the batch recorded, not only the call', async () => {
+    const runId = await newRun();
+    const message = (messageId: string) => ({
+      type: 'message.added',
+      data: { messageId, role: 'user', text: messageId },
+    });
+    const res = await append(runId, {
+      events: [message('before'), oversizeModelCall(), message('after')],
+    });
+    expect(res.status).toBe(413);
+    const stored = await recorded(runId);
+    expect(stored.map((e) => e.type)).toEqual([
+      'run.started',
+      'message.added',
+      'model.call',
+      'message.added',
+    ]);
+    const batch = stored.slice(1);
+    expect(res.body).toMatchObject({
+      error: 'model_call_too_large',
+      dispatch: 'refused',
+      recorded: { revision: batch[1].revision, position: batch[1].position, truncated: true },
+      runId,
+      firstRevision: 1,
+      lastRevision: 3,
+      position: batch[2].position,
+      events: batch.map(({ id, revision, position }) => ({ id, revision, position })),
+      truncated: [{ id: batch[1].id, originalByteLength: expect.any(Number) }],
+    });
+  });
+
   it('never gives a client that treats any non-2xx as "do not dispatch" a 2xx', async () => {
     const runId = await newRun();
     for (const [messages, size] of [
