@@ -24,6 +24,7 @@ export function clipText(text: string, max: number): string {
 }
 
 function clipProblem(problem: unknown): unknown {
+  if (typeof problem === 'string') return clipText(problem, MAX_PROBLEM_TEXT_CHARS);
   if (typeof problem !== 'object' || problem === null || Array.isArray(problem)) return problem;
   return Object.fromEntries(
     Object.entries(problem).map(([key, value]) => [

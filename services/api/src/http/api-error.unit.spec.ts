@@ -79,6 +79,16 @@ describe('ApiError', () => {
       },
     ]);
   });
+  it('cuts a problem that is a text, and leaves one that is not an object as it is', () => {
+    const long = 'p'.repeat(1000);
+    const body = new ApiError(400, 'validation_failed', 'invalid', [long, null, 7, [long]]).body();
+    expect(body.details).toEqual([
+      `${'p'.repeat(MAX_PROBLEM_TEXT_CHARS)}… (1000 characters)`,
+      null,
+      7,
+      [long],
+    ]);
+  });
 });
 
 describe('clipText', () => {
@@ -89,5 +99,11 @@ describe('clipText', () => {
   it('never cuts between the halves of a surrogate pair', () => {
     expect(clipText('ab😀cd', 3)).toBe('ab… (6 characters)');
     expect(clipText('ab😀cd', 4)).toBe('ab😀… (6 characters)');
+    // The first and the last high surrogates (U+10000 and U+10FFFF start with them).
+    expect(clipText('ab\u{10000}cd', 3)).toBe('ab… (6 characters)');
+    expect(clipText('ab\u{10FFFF}cd', 3)).toBe('ab… (6 characters)');
+    // Around them: the last character before, and a low surrogate alone, are cut at the limit.
+    expect(clipText('ab\ud7ffcd', 3)).toBe('ab\ud7ff… (5 characters)');
+    expect(clipText('ab\udc00cd', 3)).toBe('ab\udc00… (5 characters)');
   });
 });
