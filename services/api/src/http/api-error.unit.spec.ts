@@ -79,6 +79,7 @@ describe('ApiError', () => {
       },
     ]);
   });
+
   it('cuts a problem that is a text, and leaves one that is not an object as it is', () => {
     const long = 'p'.repeat(1000);
     const body = new ApiError(400, 'validation_failed', 'invalid', [long, null, 7, [long]]).body();
