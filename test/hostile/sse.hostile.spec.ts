@@ -108,6 +108,41 @@ it(`sends overflow to ${STALLED} clients that stop reading during a burst and cl
   for (const socket of stalled) socket.destroy();
 }, 60_000);
 
+it('refuses streams past SSE_MAX_STREAMS_PER_KEY and SSE_MAX_STREAMS_PER_TENANT with 429', async () => {
+  await startRun(service, 'capped');
+  const before = await logState(service, 'capped');
+  const open: Socket[] = [];
+  const { result, watched } = await underWatch(service, async () => {
+    const statuses: number[] = [];
+    for (const [key, count] of [
+      [KEY, 46],
+      [KEY_2, 16],
+    ] as const) {
+      for (let i = 0; i < count; i += 1) {
+        const { socket, status } = await openStream('/v1/runs/capped/stream', key);
+        statuses.push(status);
+        if (status === 200) open.push(socket);
+        else socket.destroy();
+      }
+    }
+    return statuses;
+  });
+  // 45 for the first key, 15 more for the tenant's 60, each one past a cap refused.
+  expect(result.slice(0, 45)).toEqual(Array(45).fill(200));
+  expect(result[45]).toBe(429);
+  expect(result.slice(46, 61)).toEqual(Array(15).fill(200));
+  expect(result[61]).toBe(429);
+  expectHealthy(watched, RSS_BOUND);
+  for (const socket of open) socket.destroy();
+  await eventually(async () => (await metric('runledger_sse_clients')) === 0, 10_000);
+  // Slots come back when streams close.
+  const { socket, status } = await openStream('/v1/runs/capped/stream', KEY);
+  expect(status).toBe(200);
+  socket.destroy();
+  expect(await logState(service, 'capped')).toEqual(before);
+}, 60_000);
+
+// Last: its 20 MiB of notifications stay in the service's heap, and the tests above bound RSS.
 it('sends overflow to a notification stream client that stops reading, and closes it', async () => {
   const overflowsBefore = await metric('runledger_sse_overflows_total');
   const { socket, status } = await openStream('/v1/notifications/stream', KEY);
@@ -142,38 +177,4 @@ it('sends overflow to a notification stream client that stops reading, and close
   await eventually(async () => (await metric('runledger_sse_clients')) === 0, 15_000);
   expect(await metric('runledger_sse_overflows_total')).toBe(overflowsBefore + 1);
   socket.destroy();
-}, 60_000);
-
-it('refuses streams past SSE_MAX_STREAMS_PER_KEY and SSE_MAX_STREAMS_PER_TENANT with 429', async () => {
-  await startRun(service, 'capped');
-  const before = await logState(service, 'capped');
-  const open: Socket[] = [];
-  const { result, watched } = await underWatch(service, async () => {
-    const statuses: number[] = [];
-    for (const [key, count] of [
-      [KEY, 46],
-      [KEY_2, 16],
-    ] as const) {
-      for (let i = 0; i < count; i += 1) {
-        const { socket, status } = await openStream('/v1/runs/capped/stream', key);
-        statuses.push(status);
-        if (status === 200) open.push(socket);
-        else socket.destroy();
-      }
-    }
-    return statuses;
-  });
-  // 45 for the first key, 15 more for the tenant's 60, each one past a cap refused.
-  expect(result.slice(0, 45)).toEqual(Array(45).fill(200));
-  expect(result[45]).toBe(429);
-  expect(result.slice(46, 61)).toEqual(Array(15).fill(200));
-  expect(result[61]).toBe(429);
-  expectHealthy(watched, RSS_BOUND);
-  for (const socket of open) socket.destroy();
-  await eventually(async () => (await metric('runledger_sse_clients')) === 0, 10_000);
-  // Slots come back when streams close.
-  const { socket, status } = await openStream('/v1/runs/capped/stream', KEY);
-  expect(status).toBe(200);
-  socket.destroy();
-  expect(await logState(service, 'capped')).toEqual(before);
 }, 60_000);
