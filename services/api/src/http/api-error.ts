@@ -69,18 +69,23 @@ export class ApiError extends Error {
   }
 }
 
+/** What follows the log into a read model: resolves once past `minPosition`, or rejects. */
+export interface ReadModelFollower {
+  waitFor(minPosition: number, timeoutMs: number): Promise<void>;
+}
+
 /**
  * A read-your-writes wait on a read model (`what`): when it does not pass `minPosition` within
- * the read wait, 503 `projection_behind` with where it stood. Every such wait answers alike.
+ * `waitMs`, 503 `projection_behind` with where it stood. Every such wait answers alike.
  */
 export async function awaitReadModel(
   what: string,
-  wait: Promise<void>,
+  follower: ReadModelFollower,
   minPosition: number,
   waitMs: number,
 ): Promise<void> {
   try {
-    await wait;
+    await follower.waitFor(minPosition, waitMs);
   } catch (error) {
     if (!(error instanceof PositionNotReachedError)) throw error;
     throw new ApiError(

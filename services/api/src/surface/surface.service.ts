@@ -101,13 +101,7 @@ export class SurfaceService
         `the client surface stopped: ${String(failure)}`,
       );
     }
-    const { readWaitMs } = this.config;
-    await awaitReadModel(
-      'the client surface',
-      this.follower.waitFor(minPosition, readWaitMs),
-      minPosition,
-      readWaitMs,
-    );
+    await awaitReadModel('the client surface', this.follower, minPosition, this.config.readWaitMs);
   }
 
   /** Waits until everything recorded so far is folded in: for decisions that must not lag. */

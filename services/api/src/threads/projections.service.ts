@@ -165,13 +165,7 @@ export class ProjectionsService
   /** Read-your-writes: waits up to READ_WAIT_MS for the projection to pass `minPosition`. */
   async waitFor(minPosition: number | undefined): Promise<void> {
     if (minPosition === undefined) return;
-    const { readWaitMs } = this.config;
-    await awaitReadModel(
-      'the projection',
-      this.projector.waitFor(minPosition, readWaitMs),
-      minPosition,
-      readWaitMs,
-    );
+    await awaitReadModel('the projection', this.projector, minPosition, this.config.readWaitMs);
   }
 
   private async refreshLag(): Promise<void> {
