@@ -12,7 +12,6 @@ import {
   IsBoolean,
   IsIn,
   IsInt,
-  IsNotEmpty,
   IsObject,
   IsOptional,
   IsString,
@@ -43,10 +42,18 @@ export const PATH_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 export const MAX_ID_LENGTH = 256;
 const MAX_LABEL_LENGTH = 1024;
 
+/**
+ * A string with something besides whitespace in it: `""` and `" \t "` alike are refused. A
+ * blank id, name or error text reaches a UI as nothing at all.
+ */
+export function NotBlank(message = '$property must not be blank'): PropertyDecorator {
+  return Matches(/\S/, { message });
+}
+
 function NonBlankId(): PropertyDecorator {
   return (target, key) => {
     IsString()(target, key);
-    IsNotEmpty()(target, key);
+    NotBlank()(target, key);
     MaxLength(MAX_ID_LENGTH)(target, key);
   };
 }
@@ -89,7 +96,7 @@ export class RunStartedData extends EventData {
   threadId!: string;
 
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(MAX_LABEL_LENGTH)
   agent!: string;
 
@@ -140,7 +147,7 @@ export class TurnSteeredData extends EventData {
   turnId!: string;
 
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   instruction!: string;
 }
 
@@ -163,7 +170,7 @@ export class TranscriptAddedData extends EventData {
   role!: TranscriptRole;
 
   @IsString()
-  @Matches(/\S/, { message: 'text must not be blank' })
+  @NotBlank()
   text!: string;
 }
 
@@ -218,7 +225,7 @@ export class ModelCallData extends EventData {
   callId!: string;
 
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(MAX_LABEL_LENGTH)
   model!: string;
 
@@ -238,7 +245,7 @@ export class ToolStartedData extends EventData {
   toolCallId!: string;
 
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(MAX_LABEL_LENGTH)
   toolName!: string;
 
@@ -252,7 +259,7 @@ export class ToolFinishedData extends EventData {
 
   @IsOptional()
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(MAX_LABEL_LENGTH)
   toolName?: string;
 
@@ -264,7 +271,7 @@ export class ToolFinishedData extends EventData {
 
   @ValidateIf((o: ToolFinishedData) => o.failed === true || o.errorText !== undefined)
   @IsString({ message: 'errorText is required when failed is true' })
-  @IsNotEmpty({ message: 'errorText is required when failed is true' })
+  @NotBlank('errorText is required when failed is true')
   errorText?: string;
 }
 
@@ -276,7 +283,7 @@ export class ApprovalRequestedData extends EventData {
   toolCallId!: string;
 
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(MAX_LABEL_LENGTH)
   toolName!: string;
 
@@ -303,7 +310,7 @@ export class ApprovalResolvedData extends EventData {
 
   /** The receipt's id (`rid`); the bearer token itself goes to the resolver only. */
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   receipt!: string;
 
   /** SHA-256 of the bearer receipt: proves which token was issued without holding it. */
@@ -328,7 +335,7 @@ export class ApprovalResolvedData extends EventData {
 
 export class AppendRejectedData extends EventData {
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   reason!: string;
 
   @IsInt()

@@ -30,10 +30,13 @@ type FieldTable = { [K in EventType]: { [F in keyof EventDataByType[K]]-?: Field
 const LONG_ID = 'x'.repeat(257);
 const LONG_LABEL = 'x'.repeat(1025);
 
-const id = (): FieldSpec => ({ required: true, refused: [42, null, ['id-1'], {}, '', LONG_ID] });
+const id = (): FieldSpec => ({
+  required: true,
+  refused: [42, null, ['id-1'], {}, '', ' \t ', LONG_ID],
+});
 const label = (required = true): FieldSpec => ({
   required,
-  refused: [42, ...(required ? [null] : []), {}, '', LONG_LABEL],
+  refused: [42, ...(required ? [null] : []), {}, '', '   ', LONG_LABEL],
 });
 const text = (required: boolean): FieldSpec => ({
   required,
@@ -96,7 +99,7 @@ const FIELDS: FieldTable = {
   'turn.steered': {
     truncation: TRUNCATION,
     turnId: id(),
-    instruction: { required: true, refused: [42, null, {}, ''] },
+    instruction: { required: true, refused: [42, null, {}, '', ' \n '] },
   },
   'message.added': {
     truncation: TRUNCATION,
@@ -158,7 +161,7 @@ const FIELDS: FieldTable = {
     truncation: TRUNCATION,
     approvalId: id(),
     decision: oneOf('maybe'),
-    receipt: { required: true, refused: [42, null, {}, ''] },
+    receipt: { required: true, refused: [42, null, {}, '', ' \n '] },
     receiptDigest: { required: false, refused: [42, 'not-a-digest', 'A'.repeat(64)] },
     decidedBy: text(false),
     downgraded: { required: false, refused: ['false', 0] },
@@ -166,7 +169,7 @@ const FIELDS: FieldTable = {
   },
   'append.rejected': {
     truncation: TRUNCATION,
-    reason: { required: true, refused: [42, null, {}, ''] },
+    reason: { required: true, refused: [42, null, {}, '', ' \n '] },
     declaredBytes: { required: true, refused: ['5', true, null, 1.5, -1] },
     limitBytes: { required: false, refused: ['5', true, 1.5, -1] },
     count: { required: false, refused: ['5', true, 1.5, 0, 1] },
@@ -392,10 +395,10 @@ describe('specific rules', () => {
       expect(problems[0].message).toBe('errorText is required when failed is true');
     });
 
-    it('refuses failed=true with an empty errorText', () => {
+    it.each(['', ' \t '])('refuses failed=true with a blank errorText %j', (blank) => {
       const event = withData('tool.finished', (data) => {
         data.failed = true;
-        data.errorText = '';
+        data.errorText = blank;
       });
 
       expect(problemsOf(validateEvent(event)).every(about('data.errorText'))).toBe(true);

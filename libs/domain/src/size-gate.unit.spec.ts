@@ -159,6 +159,10 @@ const char = fc.oneof(
   { weight: 1, arbitrary: fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }) },
 );
 const piece = fc.string({ unit: char, minLength: 1, maxLength: 12 });
+/** An id or name: the schema refuses one that is only whitespace. */
+const notBlank = fc
+  .string({ unit: char, minLength: 1, maxLength: 40 })
+  .filter((text) => /\S/.test(text));
 /** Short to ~36,000 characters: a piece repeated, between two pieces. */
 const text = fc
   .tuple(piece, fc.oneof(fc.nat({ max: 8 }), fc.nat({ max: 3000 })), piece)
@@ -198,8 +202,8 @@ const tool = fc.record({
 });
 const modelCall = fc.record(
   {
-    callId: fc.string({ unit: char, minLength: 1, maxLength: 40 }),
-    model: fc.string({ unit: char, minLength: 1, maxLength: 40 }),
+    callId: notBlank,
+    model: notBlank,
     messages: fc.array(message, { maxLength: 40 }),
     tools: fc.array(tool, { maxLength: 4 }),
   },

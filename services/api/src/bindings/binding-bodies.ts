@@ -1,6 +1,6 @@
 /** The binding bodies, strict like every command body. */
-import { IsNotEmpty, IsString, Matches, MaxLength, ValidateIf } from 'class-validator';
-import { PATH_ID_PATTERN } from '@runledger/domain';
+import { IsString, Matches, MaxLength, ValidateIf } from 'class-validator';
+import { PATH_ID_PATTERN, NotBlank } from '@runledger/domain';
 
 /** A channel's name: `telegram`, `slack`, `whatsapp`… */
 export const CHANNEL_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -13,19 +13,19 @@ export class ChannelKeyBody {
   channel!: string;
 
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(CHANNEL_FIELD_MAX)
   account!: string;
 
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(CHANNEL_FIELD_MAX)
   chat!: string;
 
   /** Optional, but not null or blank: a topic is named or absent. */
   @ValidateIf((_body, value) => value !== undefined)
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(CHANNEL_FIELD_MAX)
   topic?: string;
 }

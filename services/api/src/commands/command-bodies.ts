@@ -1,17 +1,17 @@
 /** The command bodies, strict like every event schema. */
-import { Allow, IsIn, IsNotEmpty, IsString, MaxLength, ValidateIf } from 'class-validator';
-import { DECISIONS, type Decision } from '@runledger/domain';
+import { Allow, IsIn, IsString, MaxLength, ValidateIf } from 'class-validator';
+import { DECISIONS, type Decision, NotBlank } from '@runledger/domain';
 import { PROMPT_TEXT_MAX } from '../prompt/prompt-body';
 
 export class SteerBody {
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(256)
   expectedTurnId!: string;
 
   /** A message to the agent, held to a prompt's length: unbounded, it reached the log whole. */
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(PROMPT_TEXT_MAX)
   instruction!: string;
 }
@@ -20,7 +20,7 @@ export class StopBody {
   /** Optional, like `run.finished`'s own reason; but not null (IsOptional would let null by). */
   @ValidateIf((_body, value) => value !== undefined)
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(4096)
   reason?: string;
 }
@@ -32,18 +32,18 @@ export class DecisionBody {
 
 export class ConsumeBody {
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   receipt!: string;
 
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(1024)
   toolName!: string;
 
   /** Optional: when given, it must be the tool call the receipt was issued for. */
   @ValidateIf((_body, value) => value !== undefined)
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(256)
   toolCallId?: string;
 

@@ -1,13 +1,13 @@
 /** The prompt's body, strict like every command body. */
-import { Allow, IsIn, IsNotEmpty, IsString, Matches, MaxLength, ValidateIf } from 'class-validator';
-import { MAX_ID_LENGTH, RUN_SOURCES, type RunSource } from '@runledger/domain';
+import { Allow, IsIn, IsString, MaxLength, ValidateIf } from 'class-validator';
+import { MAX_ID_LENGTH, RUN_SOURCES, type RunSource, NotBlank } from '@runledger/domain';
 
 /** Longest prompt text, in characters: a chat message, not a document upload. */
 export const PROMPT_TEXT_MAX = 32_000;
 
 export class PromptBody {
   @IsString()
-  @Matches(/\S/, { message: 'text must not be blank' })
+  @NotBlank()
   @MaxLength(PROMPT_TEXT_MAX)
   text!: string;
 
@@ -19,7 +19,7 @@ export class PromptBody {
   /** The agent of a run the prompt starts; default: the thread's last run's agent, else `assistant`. */
   @ValidateIf((_body, value) => value !== undefined)
   @IsString()
-  @IsNotEmpty()
+  @NotBlank()
   @MaxLength(128)
   agent?: string;
 
@@ -29,7 +29,7 @@ export class PromptBody {
    */
   @ValidateIf((_body, value) => value !== undefined)
   @IsString()
-  @Matches(/\S/, { message: 'turnId must not be blank' })
+  @NotBlank()
   @MaxLength(MAX_ID_LENGTH)
   turnId?: string;
 
