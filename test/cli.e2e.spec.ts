@@ -251,4 +251,20 @@ describe('runledger CLI: replay, verify and rebuild on a data directory the serv
     expect(result.code).toBe(1);
     expect(JSON.parse(result.stdout)).toMatchObject({ verified: false, firstBrokenRevision: 7 });
   });
+
+  it('replays an altered log whole, then names the first broken revision and exits 1', async () => {
+    const result = await runCli(['replay', runId, '--tenant', 'e2e'], env);
+    expect(result.code).toBe(1);
+    const lines = jsonLines(result.stdout);
+    expect(lines).toHaveLength(served.length + 1);
+    expect(lines.slice(0, served.length).map((line) => line.id)).toEqual(served.map((e) => e.id));
+    expect(lines[served.length]).toEqual({
+      runId,
+      count: served.length,
+      headHash: null,
+      verified: false,
+      firstBrokenRevision: 7,
+    });
+    expect(result.stderr).toContain(`the hash chain of run ${runId} breaks at revision 7`);
+  });
 });

@@ -4,8 +4,16 @@
  * must not miss or repeat), and the refusals it must surface rather than retry.
  */
 import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { startTestApp, KEYS, type TestApp } from '../../../services/api/src/testing/test-app';
-import { RunledgerClient, RunledgerError, type NewEvent, type RecordedEvent } from './index';
+import {
+  ChainBrokenError,
+  RunledgerClient,
+  RunledgerError,
+  type NewEvent,
+  type RecordedEvent,
+} from './index';
 
 const started = (threadId: string): NewEvent => ({
   type: 'run.started',
@@ -79,6 +87,40 @@ describe('@runledger/client', () => {
     for await (const event of client().replay('replayed-run')) replayed.push(event);
     expect(replayed).toEqual((await client().readEvents('replayed-run')).events);
     expect((await client().audit('replayed-run')).verified).toBe(true);
+  });
+
+  it('replays an altered run whole, then throws ChainBrokenError naming the first broken revision', async () => {
+    // Given a run whose third event was rewritten in the store's file behind the service
+    await client().append('altered-run', [started('altered-thread'), message(1), message(2)]);
+    const db = new Database(join(app.config.dataDir, 'runledger.db'));
+    db.prepare(
+      "UPDATE events SET data = json_set(data, '$.text', 'rewritten') WHERE stream LIKE ? AND revision = 2",
+    ).run('%altered-run');
+    db.close();
+
+    // When it is replayed, over HTTP and through the client
+    const raw = await fetch(`${url}/v1/runs/altered-run/replay`, { headers: app.auth() });
+    const lines = (await raw.text())
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    const replayed: RecordedEvent[] = [];
+    const replay = (async () => {
+      for await (const event of client().replay('altered-run')) replayed.push(event);
+    })();
+
+    // Then every event comes first, and the verdict names revision 2 last
+    expect(lines.slice(0, 3).map((line) => line.revision)).toEqual([0, 1, 2]);
+    expect(lines[3]).toEqual({
+      runId: 'altered-run',
+      count: 3,
+      headHash: null,
+      verified: false,
+      firstBrokenRevision: 2,
+    });
+    await expect(replay).rejects.toBeInstanceOf(ChainBrokenError);
+    await expect(replay).rejects.toMatchObject({ verdict: { firstBrokenRevision: 2 } });
+    expect(replayed.map((event) => event.revision)).toEqual([0, 1, 2]);
   });
 
   it('walks every page of the thread list', async () => {

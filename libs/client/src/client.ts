@@ -9,7 +9,7 @@
  * - `follow` is a Server-Sent Events stream that resumes by itself after a drop or an
  *   overflow, from the last position it saw.
  */
-import { RunledgerError, type ErrorBody } from './errors';
+import { ChainBrokenError, RunledgerError, type ErrorBody } from './errors';
 import type { components } from './openapi';
 import { parseSse } from './sse';
 
@@ -93,7 +93,10 @@ export class RunledgerClient {
     return this.json('GET', `/v1/runs/${enc(runId)}/events${query(page)}`);
   }
 
-  /** Every recorded event of the run, in order, streamed from the NDJSON replay. */
+  /**
+   * Every recorded event of the run, in order, streamed from the NDJSON replay. When the
+   * service finds the run's hash chain broken, a ChainBrokenError follows the last event.
+   */
   async *replay(runId: string): AsyncGenerator<RecordedEvent> {
     const response = await this.send('GET', `/v1/runs/${enc(runId)}/replay`);
     const decoder = new TextDecoder();
@@ -104,7 +107,12 @@ export class RunledgerClient {
       buffer += done ? decoder.decode() : decoder.decode(value, { stream: true });
       const lines = buffer.split('\n');
       buffer = done ? '' : lines.pop()!;
-      for (const line of lines) if (line.trim() !== '') yield JSON.parse(line) as RecordedEvent;
+      for (const line of lines) {
+        if (line.trim() === '') continue;
+        const item = JSON.parse(line) as RecordedEvent | AuditVerdict;
+        if ('firstBrokenRevision' in item) throw new ChainBrokenError(item);
+        yield item;
+      }
       if (done) return;
     }
   }

@@ -17,3 +17,16 @@ export class RunledgerError extends Error {
     return this.body.error;
   }
 }
+
+/**
+ * A replay whose hash chain is broken: every recorded event was yielded, and then the
+ * service's verdict named the first revision that does not verify.
+ */
+export class ChainBrokenError extends Error {
+  constructor(readonly verdict: components['schemas']['AuditVerdict']) {
+    super(
+      `the hash chain of run ${verdict.runId} breaks at revision ${verdict.firstBrokenRevision}`,
+    );
+    this.name = 'ChainBrokenError';
+  }
+}

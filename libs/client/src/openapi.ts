@@ -33,7 +33,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Replay a run: NDJSON, one recorded event a line, in order */
+        /**
+         * Replay a run: NDJSON, one recorded event a line, in order
+         * @description The hash chain is recomputed as the lines go out. When it is broken, a last line holds the audit verdict, `{ runId, count, headHash: null, verified: false, firstBrokenRevision }`, after every event.
+         */
         get: operations["RunsController_replay"];
         put?: never;
         post?: never;
@@ -1102,7 +1105,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Every recorded event, one JSON object a line */
+            /** @description Every recorded event, one JSON object a line; then, only when the chain is broken, the verdict */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -19,7 +19,7 @@ import {
   type AppConfig,
 } from '../../api/src/config/config';
 import { DataDirInUseError, DataDirLock } from '../../api/src/config/data-dir-lock';
-import { RunLogService, assertRunId } from '../../api/src/runs/run-log.service';
+import { RunLogService, assertRunId, type RunVerdict } from '../../api/src/runs/run-log.service';
 import { SURFACE_FILE } from '../../api/src/surface/surface.service';
 import { SurfaceStore } from '../../api/src/surface/surface.store';
 import { READ_MODELS_FILE } from '../../api/src/threads/projections.service';
@@ -88,7 +88,9 @@ const COMMANDS: Record<string, Command> = {
     help: `Usage: runledger replay <runId> [--tenant <tenantId>]
 
 Prints every recorded event of the run to stdout, oldest first, as NDJSON: the same
-lines as GET /v1/runs/{runId}/replay. Pipe it to a file for an audit copy.
+lines as GET /v1/runs/{runId}/replay. Pipe it to a file for an audit copy. The hash chain
+is recomputed as the lines go out; when it is broken, a last line holds the verdict (as
+verify prints it), stderr names the first broken revision, and the exit code is 1.
 
 ${EXIT_CODES}`,
     options: TENANT_OPTION,
@@ -249,12 +251,18 @@ interface RunRef {
 }
 
 async function replay({ runLog, tenantId, runId }: RunRef, io: CliIo) {
-  for await (const event of runLog.replay(tenantId, runId)) {
-    if (io.stdout.write(`${JSON.stringify(event)}\n`) === false && io.stdout.once) {
+  const outcome: { verdict?: RunVerdict } = {};
+  for await (const line of runLog.replayLines(tenantId, runId, (v) => (outcome.verdict = v))) {
+    if (io.stdout.write(line) === false && io.stdout.once) {
       await new Promise((resolve) => io.stdout.once!('drain', resolve));
     }
   }
-  return EXIT.ok;
+  const { verified, firstBrokenRevision } = outcome.verdict!;
+  if (verified) return EXIT.ok;
+  io.stderr.write(
+    `replay: the hash chain of run ${runId} breaks at revision ${firstBrokenRevision}\n`,
+  );
+  return EXIT.failed;
 }
 
 async function verify({ runLog, store, tenantId, runId }: RunRef, io: CliIo) {

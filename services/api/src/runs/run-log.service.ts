@@ -380,6 +380,27 @@ export class RunLogService {
     for await (const event of this.recorded(tenantId, runId)) yield toView(event);
   }
 
+  /**
+   * The replay as NDJSON lines, one recorded event a line, with the hash chain recomputed as
+   * they go out. When the chain is broken, one last line holds the verdict (as the audit
+   * answers it), naming the first broken revision: an auditor who keeps only the replay still
+   * sees the break. `done` hears the verdict after the last line.
+   */
+  async *replayLines(
+    tenantId: string,
+    runId: string,
+    done: (verdict: RunVerdict) => void = () => undefined,
+  ): AsyncGenerator<string> {
+    const verifier = new ChainVerifier(runId);
+    for await (const event of this.replay(tenantId, runId)) {
+      verifier.add(event);
+      yield `${JSON.stringify(event)}\n`;
+    }
+    const verdict = { runId, ...verifier.verdict() };
+    if (!verdict.verified) yield `${JSON.stringify(verdict)}\n`;
+    done(verdict);
+  }
+
   private async *recorded(tenantId: string, runId: string): AsyncGenerator<RecordedEvent> {
     const stream = runStream(tenantId, runId);
     for (let from = 0; ;) {
@@ -393,13 +414,13 @@ export class RunLogService {
     }
   }
 
-  async audit(tenantId: string, runId: string): Promise<{ runId: string } & ChainVerdict> {
+  async audit(tenantId: string, runId: string): Promise<RunVerdict> {
     await this.requireRun(tenantId, runId);
     return this.verify(tenantId, runId);
   }
 
   /** Recomputes the run's hash chain from the log; for operators, who name the tenant. */
-  async verify(tenantId: string, runId: string): Promise<{ runId: string } & ChainVerdict> {
+  async verify(tenantId: string, runId: string): Promise<RunVerdict> {
     const verifier = new ChainVerifier(runId);
     for await (const event of this.replay(tenantId, runId)) verifier.add(event);
     return { runId, ...verifier.verdict() };
@@ -422,6 +443,8 @@ export function assertRunId(runId: string): void {
     ]);
   }
 }
+
+export type RunVerdict = { runId: string } & ChainVerdict;
 
 /** A recorded event as every read answers it (pages, replay lines, SSE data). */
 export function toView(event: RecordedEvent): EventView {

@@ -93,21 +93,23 @@ export class RunsController {
 
   @Get('replay')
   @RequireScope('read')
-  @ApiOperation({ summary: 'Replay a run: NDJSON, one recorded event a line, in order' })
+  @ApiOperation({
+    summary: 'Replay a run: NDJSON, one recorded event a line, in order',
+    description:
+      'The hash chain is recomputed as the lines go out. When it is broken, a last line holds the audit verdict, `{ runId, count, headHash: null, verified: false, firstBrokenRevision }`, after every event.',
+  })
   @ApiRoute({
     ok: {
       status: 200,
-      description: 'Every recorded event, one JSON object a line',
+      description:
+        'Every recorded event, one JSON object a line; then, only when the chain is broken, the verdict',
       ndjson: RecordedEvent,
     },
     errors: [404],
   })
   async replay(@CurrentPrincipal() principal: Principal, @Param('runId') runId: string) {
     await this.runLog.requireRun(principal.tenantId, runId);
-    const lines = async function* (events: AsyncIterable<unknown>) {
-      for await (const event of events) yield `${JSON.stringify(event)}\n`;
-    };
-    return new StreamableFile(Readable.from(lines(this.runLog.replay(principal.tenantId, runId))), {
+    return new StreamableFile(Readable.from(this.runLog.replayLines(principal.tenantId, runId)), {
       type: 'application/x-ndjson',
     });
   }
