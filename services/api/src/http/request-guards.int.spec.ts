@@ -89,6 +89,10 @@ async function startRun(t: TestApp): Promise<string> {
 }
 
 /** Events of the run other than the server's append.rejected markers. */
+const RUN_STARTED = JSON.stringify({
+  events: [{ type: 'run.started', data: { threadId: 't1', agent: 'a', source: 'api' } }],
+});
+
 async function eventCount(t: TestApp, runId: string): Promise<number> {
   const res = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
   return (res.body.events as { type: string }[]).filter((e) => e.type !== 'append.rejected').length;
@@ -360,6 +364,55 @@ describe('body limits', () => {
       expect(res.body).toMatchObject({ error: 'unsupported_media_type' });
     },
   );
+
+  it.each(['utf-16', 'latin1', 'ISO-8859-1'])(
+    'answers a JSON body declared in charset %s 415, unread; nothing is written',
+    async (charset) => {
+      const runId = `run-${randomUUID()}`;
+      const res = await t
+        .http()
+        .post(`/v1/runs/${runId}/events`)
+        .set({ ...t.auth(), 'Content-Type': `application/json; charset=${charset}` })
+        .send(RUN_STARTED);
+      expect(res.status).toBe(415);
+      expect(res.body).toMatchObject({ error: 'unsupported_media_type' });
+      expect(res.body.message).toContain(`charset ${charset.toLowerCase()}`);
+      expect((await t.http().get(`/v1/runs/${runId}/events`).set(t.auth())).status).toBe(404);
+    },
+  );
+
+  it('takes a body declared as charset UTF-8, however it is spelt', async () => {
+    for (const charset of ['utf-8', 'UTF-8', 'utf8', '"utf-8"']) {
+      const res = await t
+        .http()
+        .post(`/v1/runs/run-${randomUUID()}/events`)
+        .set({ ...t.auth(), 'Content-Type': `application/json; charset=${charset}` })
+        .send(RUN_STARTED);
+      expect(res.status).toBe(201);
+    }
+  });
+
+  it('refuses a body that is not valid UTF-8 400, rather than recording U+FFFD in its place', async () => {
+    const runId = `run-${randomUUID()}`;
+    const invalid = Buffer.concat([
+      Buffer.from('{"events":[{"type":"run.started","data":{"threadId":"t1","agent":"a'),
+      Buffer.from([0xff, 0xfe, 0xc3]),
+      Buffer.from('","source":"api"}}]}'),
+    ]);
+    // Sent as bytes: supertest would send a Buffer as its JSON.
+    const { port } = t.app.getHttpServer().address() as AddressInfo;
+    const res = await fetch(`http://127.0.0.1:${port}/v1/runs/${runId}/events`, {
+      method: 'POST',
+      headers: { ...t.auth(), 'Content-Type': 'application/json' },
+      body: invalid,
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({
+      error: 'malformed_body',
+      details: [{ field: 'body', rule: 'utf8' }],
+    });
+    expect((await t.http().get(`/v1/runs/${runId}/events`).set(t.auth())).status).toBe(404);
+  });
 
   it('still calls JSON that does not parse malformed', async () => {
     const res = await t

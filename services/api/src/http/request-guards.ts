@@ -17,6 +17,7 @@
  * gets this far. A client that asks first (`Expect: 100-continue`) is told to send its body
  * only once the key and these limits let it through.
  */
+import { isUtf8 } from 'node:buffer';
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -262,15 +263,49 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
     };
     const onEnd = () => {
       payload.removeListener('data', onData);
-      const text = Buffer.concat(chunks, received).toString('utf8');
+      const bytes = Buffer.concat(chunks, received);
       chunks.length = 0;
+      // Decoding would replace each invalid byte with U+FFFD: the log would hold words the
+      // client never sent.
+      if (!isUtf8(bytes)) {
+        done(invalidUtf8Refusal(), undefined);
+        return;
+      }
+      const text = bytes.toString('utf8');
       // Decoding and parsing a large body each hold the event loop for tens of milliseconds:
       // other requests get a turn between the two.
       if (received > threshold) setImmediate(() => parseJson(request, text, done));
       else parseJson(request, text, done);
     };
+    const charset = charsetOf(request.headers['content-type']);
+    if (charset !== null && !UTF8_NAMES.has(charset)) {
+      stop(charsetRefusal(charset));
+      return;
+    }
     payload.on('data', onData);
     payload.once('end', onEnd);
     payload.once('error', (error: Error) => stop(error));
   });
+}
+
+/** JSON is UTF-8 (RFC 8259): a body declared in another charset is refused, not misread. */
+const UTF8_NAMES = new Set(['utf-8', 'utf8']);
+
+function charsetOf(contentType: string | undefined): string | null {
+  const match = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(contentType ?? '');
+  return match ? match[1].toLowerCase() : null;
+}
+
+function charsetRefusal(charset: string): ApiError {
+  return new ApiError(
+    415,
+    'unsupported_media_type',
+    `the body is declared as charset ${charset}; JSON bodies must be UTF-8. Nothing was done`,
+  );
+}
+
+function invalidUtf8Refusal(): ApiError {
+  const message =
+    'the body is not valid UTF-8; it was not decoded (bytes are never replaced) and nothing was done';
+  return new ApiError(400, 'malformed_body', message, [{ field: 'body', rule: 'utf8', message }]);
 }
