@@ -43,8 +43,11 @@ import {
   type UIMessagePart,
 } from '@runledger/domain';
 
-/** Bumped when the tables change shape: an older file is dropped and rebuilt from the log. */
-const SCHEMA_VERSION = 5;
+/**
+ * Bumped when the tables change shape or the fold writes them differently: an older file is
+ * dropped and rebuilt from the log.
+ */
+const SCHEMA_VERSION = 6;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (

@@ -467,8 +467,8 @@ function closeAsRunEnded(rows: ThreadRows, location: ToolLocation, status: strin
   if (isTerminal(part.state)) return;
   const errorText =
     part.state === 'approval-requested'
-      ? `The run ended first (${status}): this tool's approval was never answered.`
-      : `The run ended first (${status}): this tool never finished.`;
+      ? `the run ended first (${status}): this tool's approval was never answered.`
+      : `the run ended first (${status}): this tool never finished.`;
   const granted = part.approval?.approved === true ? { approval: part.approval } : {};
   rows.setPart(location, {
     type: part.type,

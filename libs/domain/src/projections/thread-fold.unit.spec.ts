@@ -506,7 +506,7 @@ describe('run end', () => {
       toolCallId: 'tc1',
       state: 'output-error',
       input: { orderId: 1042 },
-      errorText: 'The run ended first (cancelled): this tool never finished.',
+      errorText: 'the run ended first (cancelled): this tool never finished.',
     });
     expect(toolPart(state, 'tc2').state).toBe('output-available');
     expect(state.activeTools).toEqual([]);
@@ -524,7 +524,7 @@ describe('run end', () => {
       toolCallId: 'tc1',
       state: 'output-error',
       input: { orderId: 1042, amount: 19.99 },
-      errorText: "The run ended first (failed): this tool's approval was never answered.",
+      errorText: "the run ended first (failed): this tool's approval was never answered.",
     });
     expect(state.runs[0]).toMatchObject({ status: 'failed', finishedAt: end.recordedAt });
   });
@@ -537,7 +537,7 @@ describe('run end', () => {
     ).when(log.runFinished('r1', 'completed'));
     expect(toolPart(state, 'tc1')).toMatchObject({
       state: 'output-error',
-      errorText: 'The run ended first (completed): this tool never finished.',
+      errorText: 'the run ended first (completed): this tool never finished.',
       approval: { id: 'ap1', approved: true },
     });
   });
