@@ -228,8 +228,14 @@ export interface SteerCommand {
   instruction: string;
 }
 
-/** Steers the active turn once; any other turn (or none) is `turn_not_active` with the active one. */
+/**
+ * Steers the active turn once; any other turn (or none) is `turn_not_active` with the active
+ * one. A finished run is `run_finished`: `turn_not_active` tells a client it may start a fresh
+ * turn instead, which a finished run refuses too.
+ */
 export function decideSteer(command: SteerCommand, state: RunState): Outcome {
+  const finished = finishedRefusal(state, command.runId);
+  if (finished) return finished;
   const { expectedTurnId } = command;
   if (state.activeTurnId === expectedTurnId && state.activeTurnSteeredAt !== null) {
     // Two steers of one turn race: the first redirects it, the second must not also win.

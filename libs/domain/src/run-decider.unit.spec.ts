@@ -287,6 +287,12 @@ describe('deciders', () => {
       given(started).when(steer('t1')).thenRefuses('turn_not_active', { activeTurnId: null });
     });
 
+    it('refuses a finished run as finished, not as a turn a fresh one could replace', () => {
+      given(started, turn('t1'), { type: 'run.finished', data: { status: 'completed' } })
+        .when(steer('t1'))
+        .thenRefuses('run_finished', { status: 'completed' });
+    });
+
     it('steers a turn once: a second steer is a conflict', () => {
       given(started, turn('t1'), { type: 'turn.steered', data: { turnId: 't1' } })
         .when(steer('t1'))
