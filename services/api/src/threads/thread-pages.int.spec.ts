@@ -128,6 +128,48 @@ describe('GET /v1/threads/:threadId pages', () => {
     expect((await page(threadId, 'limit=500')).page.limit).toBe(500);
   });
 
+  it('refuses a before cursor issued for another thread, spelt otherwise, or past the end', async () => {
+    // Given two threads of four messages, and a cursor the first one issued
+    const threads = [await startThread(), await startThread()];
+    let position = 0;
+    for (const { runId } of threads) {
+      position = await append(runId, [say('a'), say('b'), say('c'), say('d')]);
+    }
+    const [first, second] = threads.map(({ threadId }) => threadId);
+    const issued = (await page(first, `limit=2&minPosition=${position}`)).page.before!;
+    const cursor = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
+    const { t: tag } = JSON.parse(Buffer.from(issued, 'base64url').toString('utf8')) as {
+      t: string;
+    };
+
+    // When another thread is asked with it, or with cursors the service never issued
+    const refused = [
+      [second, issued],
+      [first, cursor({ m: 2 })],
+      [first, cursor({ t: tag, m: 2 })],
+      [first, cursor({ m: 2, t: tag, x: 1 })],
+      [first, Buffer.from(`{"m":2e0,"t":"${tag}"}`).toString('base64url')],
+      [first, cursor({ m: 4, t: tag })],
+      [first, cursor({ m: 5160, t: tag })],
+    ];
+
+    // Then each is 400 invalid_cursor naming before, and the issued one still reads on
+    for (const [threadId, before] of refused) {
+      const res = await t
+        .http()
+        .get(`/v1/threads/${threadId}?limit=2&before=${before}`)
+        .set(t.auth());
+      expect({ before, status: res.status, error: res.body.error }).toEqual({
+        before,
+        status: 400,
+        error: 'invalid_cursor',
+      });
+      expect(res.body.details).toEqual([expect.objectContaining({ field: 'before' })]);
+    }
+    const older = await page(first, `limit=2&before=${issued}`);
+    expect(older.messages).toHaveLength(2);
+  });
+
   it('every message appears exactly once across pages, in order, while appends go on; an old cursor still works', async () => {
     const { threadId, runId } = await startThread();
     let position = 0;

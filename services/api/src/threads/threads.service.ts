@@ -3,9 +3,11 @@
  * voice, each after the projection has passed the caller's `minPosition`. A thread is
  * keyed by tenant, so another tenant's thread is simply not found (404).
  */
+import { createHash } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
 import {
   PATH_ID_PATTERN,
+  isPlainObject,
   nextTurn,
   threadView,
   toolPartResult,
@@ -47,8 +49,11 @@ export class ThreadsService {
     threadId: string,
     query: { limit: number; before?: string; minPosition?: number },
   ): Promise<Buffer> {
-    const before = query.before === undefined ? undefined : decodeMessageCursor(query.before);
+    const before =
+      query.before === undefined ? undefined : decodeMessageCursor(threadId, query.before);
     const head = await this.load(tenantId, threadId, query.minPosition);
+    // Messages are never removed: a cursor this thread issued is always before its end.
+    if (before !== undefined && before >= head.messageCount) throw invalidMessageCursor();
     // Header and page are read in one turn of the event loop: no commit falls between them.
     const page = this.projections.readModels.messagePage(
       tenantId,
@@ -61,7 +66,9 @@ export class ThreadsService {
       threadView(head.header, head.messageCount, {
         limit: query.limit,
         before:
-          page.hasMore && page.oldestSeq !== null ? encodeMessageCursor(page.oldestSeq) : null,
+          page.hasMore && page.oldestSeq !== null
+            ? encodeMessageCursor(threadId, page.oldestSeq)
+            : null,
         hasMore: page.hasMore,
       }),
     );
@@ -173,25 +180,40 @@ function decodeCursor(cursor: string): { lastActivityAt: string; threadId: strin
 }
 
 /**
- * A page's `before` cursor: the place of its oldest message. Messages are only ever added
- * after the newest, so a cursor stays valid however many arrive after it was issued.
+ * A page's `before` cursor: the place of its oldest message, and a tag of the thread it was
+ * issued for. Messages are only ever added after the newest, so a cursor stays valid however
+ * many arrive after it was issued. Only the exact text this service issues is taken: another
+ * spelling of the number, another key, or another thread's cursor is refused, not guessed at.
  */
-function encodeMessageCursor(seq: number): string {
-  return Buffer.from(JSON.stringify({ m: seq })).toString('base64url');
+function encodeMessageCursor(threadId: string, seq: number): string {
+  return Buffer.from(JSON.stringify({ m: seq, t: threadTag(threadId) })).toString('base64url');
 }
 
-function decodeMessageCursor(cursor: string): number {
+function threadTag(threadId: string): string {
+  return createHash('sha256').update(threadId).digest('base64url').slice(0, 8);
+}
+
+function decodeMessageCursor(threadId: string, cursor: string): number {
   try {
     const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    if (typeof value === 'object' && value !== null && 'm' in value) {
-      const seq = (value as { m: unknown }).m;
-      if (typeof seq === 'number' && Number.isSafeInteger(seq) && seq >= 0) return seq;
+    const seq = isPlainObject(value) ? value.m : undefined;
+    if (
+      typeof seq === 'number' &&
+      Number.isSafeInteger(seq) &&
+      seq >= 0 &&
+      encodeMessageCursor(threadId, seq) === cursor
+    ) {
+      return seq;
     }
   } catch {
     // Falls through to the same answer as any other cursor this service did not issue.
   }
+  throw invalidMessageCursor();
+}
+
+function invalidMessageCursor(): ApiError {
   const rule = 'before must be the page.before of a previous page of this thread';
-  throw new ApiError(400, 'invalid_cursor', rule, [
+  return new ApiError(400, 'invalid_cursor', rule, [
     { field: 'before', rule: 'isCursor', message: rule },
   ]);
 }
