@@ -46,6 +46,7 @@ import {
 import { Metrics } from '@runledger/observability';
 import type { FastifyReply } from 'fastify';
 import { APP_CONFIG, type AppConfig } from '../config/config';
+import { ApiError } from '../http/api-error';
 import { SseClient, type OverflowReason, type StreamWatch } from './sse-client';
 import { eventFrame, startFrame } from './sse-frame';
 
@@ -90,6 +91,12 @@ function matches(watch: StreamWatch, event: RecordedEvent): boolean {
     : event.metadata.threadId === watch.threadId;
 }
 
+/** Where a client asked a stream to start: after a position, named by the field it came in. */
+export interface StreamStart {
+  after: number;
+  field: string;
+}
+
 @Injectable()
 export class SseFanout implements OnModuleDestroy, BatchHandler {
   private readonly logger = new Logger('sse');
@@ -111,13 +118,21 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
   ) {}
 
   /**
-   * Takes over the reply and streams `watch` from after `after` (undefined: the head now).
+   * Takes over the reply and streams `watch` from after `start` (undefined: the head now).
    * Access has been checked by the caller; what fails here before the headers are sent
    * (the store unreachable) is still answered as a JSON error.
    */
-  async open(reply: FastifyReply, watch: StreamWatch, after: number | undefined): Promise<void> {
+  async open(reply: FastifyReply, watch: StreamWatch, start?: StreamStart): Promise<void> {
     await this.ensureFollowing();
-    const from = after ?? (await this.store.headPosition());
+    const head = await this.store.headPosition();
+    if (start !== undefined && start.after > head) {
+      // Nothing was ever sent with that id: the events up to it would be skipped, unseen.
+      const rule = `${start.field} must be at most the log's head position (${head})`;
+      throw new ApiError(400, 'validation_failed', rule, [
+        { field: start.field, rule: 'max', message: rule },
+      ]);
+    }
+    const from = start?.after ?? head;
     reply.hijack();
     const res = reply.raw;
     // Gone while we looked up where to start: its 'close' has passed, nothing would clean up.

@@ -183,7 +183,11 @@ describe('SseFanout', () => {
     const res = new StalledResponse(true);
     log.held.add(1).add(3);
 
-    await fanout.open(replyTo(res), { kind: 'run', tenantId: 'tenant-a', runId: 'r1' }, 0);
+    await fanout.open(
+      replyTo(res),
+      { kind: 'run', tenantId: 'tenant-a', runId: 'r1' },
+      { after: 0, field: 'from' },
+    );
     await settle(() => log.parked === 1);
     // The first catch-up read is held: the follower dispatches 4 and 5 meanwhile.
     log.add('r1');
@@ -210,7 +214,11 @@ describe('SseFanout', () => {
     const log = new MemoryLog();
     const { fanout } = fanoutOver(log);
     const res = new StalledResponse();
-    await fanout.open(replyTo(res), { kind: 'thread', tenantId: 'tenant-a', threadId: 'th' }, 0);
+    await fanout.open(
+      replyTo(res),
+      { kind: 'thread', tenantId: 'tenant-a', threadId: 'th' },
+      { after: 0, field: 'from' },
+    );
     await ticks();
     log.add('r1', 'th');
     log.add('r2', 'th');

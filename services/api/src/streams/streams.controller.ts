@@ -13,6 +13,7 @@ import { RunLogService } from '../runs/run-log.service';
 import { queryInt } from '../runs/runs.controller';
 import { ThreadsService } from '../threads/threads.service';
 import type { StreamWatch } from './sse-client';
+import type { StreamStart } from './sse-fanout.service';
 import { SseFanout } from './sse-fanout.service';
 import { ApiMinPosition, ApiRoute, ApiStreamStart } from '../openapi/api-route.decorator';
 import { StreamSlots } from './stream-slots';
@@ -33,11 +34,20 @@ const STREAM_DOC =
 export function streamStart(
   lastEventId: string | undefined,
   from: string | string[] | undefined,
-): number | undefined {
-  const position = (name: string, raw: string | string[] | undefined) =>
+): StreamStart | undefined {
+  const position = (field: string, raw: string | string[] | undefined) =>
     raw === undefined || (typeof raw === 'string' && raw.trim() === '')
       ? undefined
-      : queryInt(name, typeof raw === 'string' ? raw.trim() : raw, 0, 0, Number.MAX_SAFE_INTEGER);
+      : {
+          field,
+          after: queryInt(
+            field,
+            typeof raw === 'string' ? raw.trim() : raw,
+            0,
+            0,
+            Number.MAX_SAFE_INTEGER,
+          ),
+        };
   return position('Last-Event-ID', lastEventId) ?? position('from', from);
 }
 
@@ -56,12 +66,12 @@ export class StreamsController {
     principal: Principal,
     reply: FastifyReply,
     watch: StreamWatch,
-    after: number | undefined,
+    start: StreamStart | undefined,
   ): Promise<void> {
     const release = this.slots.acquire(principal);
     reply.raw.once('close', release);
     try {
-      await this.fanout.open(reply, watch, after);
+      await this.fanout.open(reply, watch, start);
     } catch (error) {
       release();
       throw error;
@@ -89,13 +99,13 @@ export class StreamsController {
     @Query('from') from: string | string[] | undefined,
     @Res() reply: FastifyReply,
   ): Promise<void> {
-    const after = streamStart(lastEventId, from);
+    const start = streamStart(lastEventId, from);
     await this.runLog.requireRun(principal.tenantId, runId);
     await this.stream(
       principal,
       reply,
       { kind: 'run', tenantId: principal.tenantId, runId },
-      after,
+      start,
     );
   }
 
@@ -123,7 +133,7 @@ export class StreamsController {
     @Query('minPosition') minPosition: string | undefined,
     @Res() reply: FastifyReply,
   ): Promise<void> {
-    const after = streamStart(lastEventId, from);
+    const start = streamStart(lastEventId, from);
     const min =
       minPosition === undefined
         ? undefined
@@ -133,7 +143,7 @@ export class StreamsController {
       principal,
       reply,
       { kind: 'thread', tenantId: principal.tenantId, threadId },
-      after,
+      start,
     );
   }
 }

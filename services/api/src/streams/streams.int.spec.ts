@@ -217,6 +217,28 @@ describe('SSE streams', () => {
     reader.close();
   });
 
+  it('refuses a start past the log head 400, rather than skip the events up to it unseen', async () => {
+    const { runId, threadId, position } = await startRun(t);
+    const cases: [string, Record<string, string>, string][] = [
+      [`/v1/runs/${runId}/stream`, { 'Last-Event-ID': String(position + 5) }, 'Last-Event-ID'],
+      [`/v1/runs/${runId}/stream?from=${position + 5}`, {}, 'from'],
+      [`/v1/threads/${threadId}/stream`, { 'Last-Event-ID': '99999999999' }, 'Last-Event-ID'],
+    ];
+    for (const [path, headers, field] of cases) {
+      const answer = await SseReader.open(t.app, path, { ...t.auth(), ...headers });
+      expect(isReader(answer)).toBe(false);
+      expect(answer).toMatchObject({
+        status: 400,
+        body: { error: 'validation_failed', details: [{ field, rule: 'max' }] },
+      });
+    }
+    // The head itself is where a client that has seen everything resumes.
+    const atHead = await open(t, `/v1/runs/${runId}/stream`, {
+      'Last-Event-ID': String(position),
+    });
+    atHead.close();
+  });
+
   it('counts open streams and forgets a client that disconnected', async () => {
     const { runId } = await startRun(t);
     const before = await metric(t, 'runledger_sse_clients');
