@@ -200,7 +200,8 @@ revision, tenant and run; \`GET /v1/runs/{runId}/audit\` and \`runledger verify\
 ## <a id="truncation"></a>The truncation stamp
 
 Any event's \`data.truncation\` is **server-stamped** when the event was reduced to fit; a
-reduced record can never be mistaken for a faithful one. Never send it.
+reduced record can never be mistaken for a faithful one. Never send it: an append that
+carries one is refused (400, rule \`serverOnly\`), so no client can make a record look reduced.
 
 ${fieldTable(fieldsOf(TruncationStamp))}
 

@@ -18,6 +18,7 @@ import {
   runStream,
   validateEvent,
   type ChainVerdict,
+  type Problem,
   type RunHead,
   type ValidEvent,
 } from '@runledger/domain';
@@ -97,7 +98,9 @@ export class RunLogService {
         serverOnly,
       );
     }
-    const problems = validated.flatMap((v) => (v.ok ? [] : v.problems));
+    const problems = validated.flatMap((v, index) =>
+      v.ok ? clientStampProblems(v.value, index) : v.problems,
+    );
     if (problems.length > 0) {
       this.countRejected(validated, 'invalid');
       throw new ApiError(
@@ -434,6 +437,22 @@ export class RunLogService {
       });
     }
   }
+}
+
+/**
+ * The truncation stamp is the server's word that it reduced the event: one a client sent
+ * would make a faithful record look reduced, or a stamp worthless to an auditor.
+ */
+function clientStampProblems(event: ValidEvent, index: number): Problem[] {
+  if (!('truncation' in event.data)) return [];
+  return [
+    {
+      index,
+      field: 'data.truncation',
+      rule: 'serverOnly',
+      message: 'data.truncation is stamped by the server on an event it reduced; never send it',
+    },
+  ];
 }
 
 export function assertRunId(runId: string): void {

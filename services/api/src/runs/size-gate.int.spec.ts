@@ -209,6 +209,31 @@ describe('other oversize events', () => {
     expect((finished.data.output as string).length).toBeLessThan(EVENT_MAX_BYTES);
   });
 
+  it('refuse a truncation stamp a client sent, 400 naming it; nothing is written', async () => {
+    const runId = await newRun();
+    const stamp = {
+      originalByteLength: 99_999,
+      limitBytes: 1,
+      omittedMessageCount: 3,
+      clampedParts: 2,
+    };
+    const res = await append(runId, {
+      events: [
+        { type: 'message.added', data: { messageId: 'm1', role: 'user', text: 'fine' } },
+        {
+          type: 'message.added',
+          data: { messageId: 'm2', role: 'user', text: 'hi', truncation: stamp },
+        },
+      ],
+    });
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({
+      error: 'validation_failed',
+      details: [{ index: 1, field: 'data.truncation', rule: 'serverOnly' }],
+    });
+    expect(await recorded(runId)).toHaveLength(1);
+  });
+
   it('leave an event under the limit byte-for-byte unchanged', async () => {
     const runId = await newRun();
     const data = { messageId: 'm1', role: 'user', text: 'ü'.repeat(1000) };
