@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import { Logger } from '@nestjs/common';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 
 async function listening(env: Record<string, string> = {}): Promise<TestApp> {
@@ -527,6 +528,35 @@ describe('process guards', () => {
       '{"events":[',
     );
     expect(answer.status).toBe(408);
+  });
+
+  it('counts a body its client abandoned as a refusal, and logs no unexpected error', async () => {
+    const aborted = async () => {
+      const text = (await t.http().get('/metrics')).text as string;
+      const line = /^runledger_rejections_total\{reason="request_aborted"\} (\d+)$/m.exec(text);
+      return Number(line?.[1] ?? 0);
+    };
+    const errors = jest.spyOn(Logger.prototype, 'error');
+    try {
+      const before = await aborted();
+      const { port } = t.app.getHttpServer().address() as AddressInfo;
+      const socket = connect(port, '127.0.0.1');
+      socket.write(
+        `${post(`/v1/runs/run-${randomUUID()}/events`, {
+          'Content-Length': 1000,
+          Authorization: `Bearer ${KEYS.tenantA}`,
+        })}\r\n\r\n{"events":[`,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      socket.destroy();
+      for (let waited = 0; (await aborted()) === before && waited < 5000; waited += 20) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(await aborted()).toBe(before + 1);
+      expect(errors).not.toHaveBeenCalled();
+    } finally {
+      errors.mockRestore();
+    }
   });
 
   it('reports the event-loop delay since the last scrape', async () => {

@@ -284,8 +284,25 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
     }
     payload.on('data', onData);
     payload.once('end', onEnd);
-    payload.once('error', (error: Error) => stop(error));
+    payload.once('error', (error: Error) => stop(isAborted(error) ? requestAborted() : error));
   });
+}
+
+/** node:http's error for a request whose client went away before its body was complete. */
+function isAborted(error: Error): boolean {
+  return (error as NodeJS.ErrnoException).code === 'ECONNRESET';
+}
+
+/**
+ * The client hung up mid-body: nobody reads this answer, but it is counted as a refusal like
+ * any other, where it was logged as an unexpected error (anyone could fill the error log).
+ */
+function requestAborted(): ApiError {
+  return new ApiError(
+    400,
+    'request_aborted',
+    'the client closed the request before its body was complete; nothing was done',
+  );
 }
 
 /** JSON is UTF-8 (RFC 8259): a body declared in another charset is refused, not misread. */
