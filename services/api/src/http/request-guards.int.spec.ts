@@ -528,6 +528,28 @@ describe('process guards', () => {
       '{"events":[',
     );
     expect(answer.status).toBe(408);
+    expect(JSON.parse(answer.body)).toEqual({
+      error: 'request_timeout',
+      message: expect.stringContaining('HTTP_REQUEST_TIMEOUT_MS'),
+    });
+  });
+
+  it('answers headers over 16 KiB 431 in the API error shape, with or without a key', async () => {
+    for (const auth of [{}, { Authorization: `Bearer ${KEYS.tenantA}` }]) {
+      const answer = await rawRequest(
+        t,
+        [
+          `GET /v1/threads?x=${'a'.repeat(20_000)} HTTP/1.1`,
+          'Host: 127.0.0.1',
+          ...Object.entries(auth).map(([name, value]) => `${name}: ${value}`),
+        ].join('\r\n'),
+      );
+      expect(answer.status).toBe(431);
+      expect(JSON.parse(answer.body)).toEqual({
+        error: 'headers_too_large',
+        message: expect.stringContaining('16 KiB'),
+      });
+    }
   });
 
   it('counts a body its client abandoned as a refusal, and logs no unexpected error', async () => {

@@ -133,24 +133,46 @@ function forbiddenKeyRefusal(): ApiError {
 export function answerClientError(error: Error & { code?: string }, socket: Socket): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
   if (socket.writable && socket.bytesWritten === 0) {
-    const status =
-      error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? 408
-        : error.code === 'HPE_HEADER_OVERFLOW'
-          ? 431
-          : 400;
-    const message =
-      status === 408
-        ? 'Client Timeout'
-        : status === 431
-          ? 'Exceeded maximum allowed HTTP header size'
-          : 'Client Error';
-    const body = JSON.stringify({ error: STATUS_CODES[status], message, statusCode: status });
+    const { status, body } = clientErrorAnswer(error.code);
+    const json = JSON.stringify(body);
     socket.write(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${body.length}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`,
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(json)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${json}`,
     );
   }
   socket.destroy(error);
+}
+
+/** What node:http's refusals answer, in the API's error shape like every other refusal. */
+function clientErrorAnswer(code: string | undefined): {
+  status: number;
+  body: { error: string; message: string };
+} {
+  if (code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    return {
+      status: 408,
+      body: {
+        error: 'request_timeout',
+        message:
+          'the request did not arrive whole in time (HTTP_REQUEST_TIMEOUT_MS); nothing was done',
+      },
+    };
+  }
+  if (code === 'HPE_HEADER_OVERFLOW') {
+    return {
+      status: 431,
+      body: {
+        error: 'headers_too_large',
+        message: 'the request line and headers are over 16 KiB; nothing was done',
+      },
+    };
+  }
+  return {
+    status: 400,
+    body: {
+      error: 'bad_request',
+      message: 'the bytes sent are not an HTTP request; nothing was done',
+    },
+  };
 }
 
 /** At most `capacity` holders at once; a release is safe to call twice. */
