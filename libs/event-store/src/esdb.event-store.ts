@@ -39,6 +39,7 @@ import {
 } from '@kurrent/kurrentdb-client';
 import { canonicalJson } from '@runledger/domain';
 import {
+  appendResult,
   AppendTooLargeError,
   EventIdConflictError,
   StoreUnavailableError,
@@ -168,7 +169,7 @@ export class EsdbEventStore implements EventStore {
       }
       originals.push(recorded);
     });
-    return summarize(originals, true);
+    return appendResult(originals, true);
   }
 
   /**
@@ -194,7 +195,7 @@ export class EsdbEventStore implements EventStore {
           `${firstRevision}..${lastRevision}, but reading them back found other events there`,
       );
     }
-    return summarize(recorded, false);
+    return appendResult(recorded, false);
   }
 
   async readStream(stream: string, options: ReadStreamOptions = {}): Promise<RecordedEvent[]> {
@@ -516,17 +517,6 @@ function isRecord(value: unknown): value is Record<string, unknown> {
     !Array.isArray(value) &&
     !(value instanceof Uint8Array)
   );
-}
-
-function summarize(recorded: RecordedEvent[], idempotent: boolean): AppendResult {
-  const last = recorded[recorded.length - 1];
-  return {
-    firstRevision: recorded[0].revision,
-    lastRevision: last.revision,
-    position: last.position,
-    events: recorded.map(({ id, revision, position }) => ({ id, revision, position })),
-    idempotent,
-  };
 }
 
 async function collect<T>(source: AsyncIterable<T>): Promise<T[]> {

@@ -111,6 +111,20 @@ export function describeEventStoreContract(
         expect(await store.readStream(stream('a'))).toHaveLength(4);
       });
 
+      it('re-appending the same ids in another order answers their revisions, lowest first', async () => {
+        const batch = events(3);
+        const first = await store.append(stream('a'), batch, { expectedRevision: 'no_stream' });
+        const again = await store.append(stream('a'), [...batch].reverse());
+        expect(again.idempotent).toBe(true);
+        expect(again.events).toEqual([...first.events].reverse());
+        expect([again.firstRevision, again.lastRevision, again.position]).toEqual([
+          first.firstRevision,
+          first.lastRevision,
+          first.position,
+        ]);
+        expect(await store.readStream(stream('a'))).toHaveLength(3);
+      });
+
       it('the same id with different content is a conflict and writes nothing', async () => {
         const original = event(1);
         await store.append(stream('a'), [original]);

@@ -43,6 +43,30 @@ export interface AppendResult {
   idempotent: boolean;
 }
 
+/**
+ * An append's answer from its events, in the batch's order. A batch re-sent in another order
+ * is still the same events: its first and last revisions are the lowest and highest it
+ * holds, and its position that of the latest.
+ */
+export function appendResult(
+  events: readonly { id: string; revision: number; position: number }[],
+  idempotent: boolean,
+): AppendResult {
+  let first = events[0];
+  let last = events[0];
+  for (const event of events) {
+    if (event.revision < first.revision) first = event;
+    if (event.revision > last.revision) last = event;
+  }
+  return {
+    firstRevision: first.revision,
+    lastRevision: last.revision,
+    position: last.position,
+    events: events.map(({ id, revision, position }) => ({ id, revision, position })),
+    idempotent,
+  };
+}
+
 export interface AppendOptions {
   expectedRevision?: ExpectedRevision;
 }

@@ -8,6 +8,7 @@
 import type { Database as Db, Statement } from 'better-sqlite3';
 import canonicalize from 'canonicalize';
 import {
+  appendResult,
   EventIdConflictError,
   expectationHolds,
   WrongExpectedRevisionError,
@@ -135,7 +136,7 @@ export class SqliteAppender {
       );
       return { id: event.id, revision, position: Number(info.lastInsertRowid) };
     });
-    return { written: summarize(written, false) };
+    return { written: appendResult(written, false) };
   }
 
   /**
@@ -173,17 +174,6 @@ export class SqliteAppender {
       }
       originals.push({ id: row.id, revision: row.revision, position: row.position });
     }
-    return { written: summarize(originals, true) };
+    return { written: appendResult(originals, true) };
   }
-}
-
-function summarize(written: AppendResult['events'], idempotent: boolean): AppendResult {
-  const last = written[written.length - 1];
-  return {
-    firstRevision: written[0].revision,
-    lastRevision: last.revision,
-    position: last.position,
-    events: written,
-    idempotent,
-  };
 }
