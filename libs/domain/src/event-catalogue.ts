@@ -333,7 +333,9 @@ export function validateEvent(input: unknown, index?: number): Validated<ValidEv
   return {
     ok: true,
     value: {
-      ...(id === undefined ? {} : { id: id as string }),
+      // A UUID is read in either case and written lowercase (RFC 9562): one id, one spelling,
+      // so a retry in capitals is the same event, not a second one.
+      ...(id === undefined ? {} : { id: (id as string).toLowerCase() }),
       type,
       data: normalized,
       metadata: (metadata as Record<string, unknown> | undefined) ?? {},

@@ -41,6 +41,12 @@ describe('validateEvent: the envelope', () => {
     expect(result.ok && 'id' in result.value).toBe(false);
   });
 
+  it('reads an id in capitals as the same UUID, written lowercase', () => {
+    const result = validateEvent({ id: UUID.toUpperCase(), ...exampleEvent('turn.started') });
+
+    expect(result.ok && result.value.id).toBe(UUID);
+  });
+
   it.each(['A0B7C6C1-3F0A-4D8E-9A51-2F4C9F0E7D21', UUID])('accepts the UUID %s', (id) => {
     expect(validateEvent({ id, ...exampleEvent('turn.started') }).ok).toBe(true);
   });

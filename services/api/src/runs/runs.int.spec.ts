@@ -223,6 +223,17 @@ describe('POST /v1/runs/:runId/events', () => {
     expect(await recorded(runId)).toHaveLength(3);
   });
 
+  it('reads an id re-sent in capitals as the same event: one record, its original answer', async () => {
+    const runId = newRunId();
+    const id = randomUUID();
+    const sent = message('one', id);
+    const first = await append(runId, { events: [started(), sent] });
+    const again = await append(runId, { events: [{ ...sent, id: id.toUpperCase() }] });
+    expect(again.status).toBe(201);
+    expect(again.body.events).toEqual([first.body.events[1]]);
+    expect((await recorded(runId)).map((e) => e.id)).toEqual([first.body.events[0].id, id]);
+  });
+
   it('answers a reused id with different content with 409', async () => {
     const runId = newRunId();
     const id = randomUUID();
