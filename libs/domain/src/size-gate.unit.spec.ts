@@ -237,6 +237,29 @@ describe('gateEvent: a text longer than one measuring chunk (16,384 characters)'
     expectRecordable(result, MIN_LIMIT_BYTES);
     expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
   });
+
+  it.each([
+    ['U+10000', '\ud800\udc00'],
+    ['U+10FFFF', '\udbff\udfff'],
+  ])(
+    'keeps a message clamped when the cut falls inside %s, whose low half bounds the range',
+    (_, pair) => {
+      // Given a pair straddling the first chunk's cut, its low half at an end of the low range
+      const text = `${'x'.repeat(16_383)}${pair}a\ud83d`;
+      const event = eventOf('model.call', {
+        callId: 'c',
+        model: 'm',
+        messages: [{ role: 'system', content: [{ type: 'text', text }] }],
+      });
+
+      // When it is gated to the smallest limit
+      const result = gateEvent(event, MIN_LIMIT_BYTES);
+
+      // Then the pair was measured whole: the message is kept, its text clamped
+      expectRecordable(result, MIN_LIMIT_BYTES);
+      expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
+    },
+  );
 });
 
 describe('gateEvent: model.call (properties)', () => {

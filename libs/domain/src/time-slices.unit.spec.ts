@@ -30,6 +30,17 @@ describe('mapInSlices', () => {
     expect(sawTurn.at(-1)).toBe(true);
   });
 
+  it('with a slice of 0 ms gives a turn after every item, however fast the items run', async () => {
+    let turns = 0;
+    const tick = () => {
+      turns += 1;
+      if (turns < 10) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const seen = await mapInSlices([1, 2, 3, 4], () => turns, 0);
+    expect(seen).toEqual([0, 1, 2, 3]);
+  });
+
   it('keeps a loop that fits in one slice in one turn', async () => {
     let turnTaken = false;
     setImmediate(() => (turnTaken = true));

@@ -23,6 +23,7 @@ import {
   evolveThread,
   MAX_PARTS_PER_MESSAGE,
   THREAD_EVENT_HANDLING,
+  threadKey,
   threadOf,
   threadSummary,
   threadView,
@@ -71,6 +72,20 @@ describe('the AI SDK check every example goes through', () => {
       parts: [{ ...unanswered.parts[0], approval: undefined, input: undefined }],
     };
     expect(await uiMessageProblems([noInput])).toMatch(/Type validation failed/);
+  });
+});
+
+describe('threadKey', () => {
+  it('tells apart every tenant and thread, even where their ids run into each other', () => {
+    const keys = [
+      threadKey('acme', 'th-1'),
+      threadKey('acme', 'th-2'),
+      threadKey('globex', 'th-1'),
+      threadKey('acme-th', '1'),
+      threadKey('acme', '-th-1'),
+    ];
+    expect(new Set(keys).size).toBe(keys.length);
+    expect(threadKey('acme', 'th-1')).toBe(threadKey('acme', 'th-1'));
   });
 });
 
