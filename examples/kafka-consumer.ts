@@ -20,14 +20,15 @@ function header(headers: IHeaders | undefined, name: string): string | undefined
 }
 
 /**
- * Event ids already handled. In memory here, bounded; a real service dedupes where it
- * writes (a unique key on the event id in its own store), so it survives restarts too.
+ * Events already handled, by tenant and event id: ids are unique within a tenant, and two
+ * tenants may send the same one. In memory here, bounded; a real service dedupes where it
+ * writes (a unique key on tenant and event id in its own store), so it survives restarts too.
  */
 class SeenIds {
   private readonly ids = new Set<string>();
   constructor(private readonly limit: number) {}
 
-  /** True the first time an id is offered. */
+  /** True the first time a key is offered. */
   add(id: string): boolean {
     if (this.ids.has(id)) return false;
     this.ids.add(id);
@@ -47,7 +48,7 @@ async function main(): Promise<void> {
   const kafka = new Kafka({ clientId: 'runledger-example', brokers, logLevel: logLevel.WARN });
   const consumer = kafka.consumer({ groupId });
   const seen = new SeenIds(1_000_000);
-  /** Next expected revision of each run. */
+  /** Next expected revision of each run, by tenant and run id (run ids are per tenant too). */
   const next = new Map<string, number>();
   let printed = 0;
   let duplicates = 0;
@@ -62,17 +63,18 @@ async function main(): Promise<void> {
       lastMessageAt = Date.now();
       if (!message.value) return;
       const event = decodeRunEvent(message.value, header(message.headers, 'content-type'));
-      if (!seen.add(event.id)) {
+      const run = JSON.stringify([event.tenant, event.run]);
+      if (!seen.add(JSON.stringify([event.tenant, event.id]))) {
         duplicates += 1;
         return;
       }
-      const expected = next.get(event.run) ?? 0;
+      const expected = next.get(run) ?? 0;
       if (event.revision > expected) {
         console.log(
-          `run ${event.run}: revisions ${expected}..${event.revision - 1} not received yet (parked upstream, or consumed before this group started)`,
+          `run ${event.run} of tenant ${event.tenant}: revisions ${expected}..${event.revision - 1} not received yet (parked upstream, or consumed before this group started)`,
         );
       }
-      next.set(event.run, Math.max(expected, event.revision + 1));
+      next.set(run, Math.max(expected, event.revision + 1));
       printed += 1;
       console.log(
         `run ${event.run} #${event.revision} ${event.type} (tenant ${event.tenant}, position ${event.position}, partition ${partition}, ${event.recordedAt})`,

@@ -172,7 +172,7 @@ over HTTP (\`GET /v1/runs/{runId}/events\`, \`/replay\`, the SSE streams), and o
 
 | field | who sets it | meaning |
 | --- | --- | --- |
-| \`id\` | client (or server when absent) | UUID; re-sending the same id with the same content is idempotent, with other content a 409. Dedupe by it. |
+| \`id\` | client (or server when absent) | UUID; re-sending the same id with the same content is idempotent, with other content a 409. Unique within its tenant: dedupe by tenant and id. |
 | \`type\` | client | one of the types below; an unknown type is a 400 |
 | \`data\` | client | the type's fields below; unknown fields are a 400 (strict schemas) |
 | \`metadata\` | client, then server | free-form JSON object; the server overwrites the keys below |

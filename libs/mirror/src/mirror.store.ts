@@ -99,7 +99,7 @@ export class MirrorStore {
   constructor(file: string) {
     this.db = new Database(file);
     this.db.pragma('journal_mode = WAL');
-    // A lost tail costs re-publishing (consumers dedupe by id), never a skipped event: the
+    // A lost tail costs re-publishing (consumers dedupe by tenant and id), never a skipped event: the
     // checkpoint and the parked rows it passes are lost together or kept together.
     this.db.pragma('synchronous = NORMAL');
     migrateParkedKey(this.db);
