@@ -1,7 +1,7 @@
 /**
  * The size gate's cost against one JSON.stringify of the same event: reducing a 10 MiB
- * `model.call` to the default 1 MiB limit must stay within 3× that stringify (BACKGROUND.md
- * §3: measure once, never re-serialise the event per pass).
+ * `model.call` to the default 1 MiB limit must stay within 3× that stringify (docs/api.md,
+ * "Size gating": measure once, never re-serialise the event per pass).
  *
  * Method: two 10 MiB contexts — (a) 120,000 small messages, which the gate reduces by
  * dropping the oldest; (b) four messages with one huge text part each (with quotes,

@@ -1,5 +1,5 @@
 /**
- * The size gate (BACKGROUND.md §3): whatever it is given, the event it returns fits the limit
+ * The size gate (docs/architecture.md, "Why it exists"): whatever it is given, the event it returns fits the limit
  * with the server's metadata, passes the real validator with its stamp, and keeps the newest
  * messages; an event that fits comes back as the same object.
  */

@@ -2,7 +2,7 @@
  * The mirror's follower, a handler on the log's one follower (CheckpointedProcessor): reads
  * the run streams of the log from its checkpoint, encodes each event and publishes it through
  * a sink, and moves the checkpoint only after the sink acknowledged (at-least-once:
- * consumers dedupe by event id). BACKGROUND.md §3 is why it
+ * consumers dedupe by tenant and event id). docs/architecture.md, "Why it exists", is why it
  * is built this way:
  *  - a publish failure is retried with capped exponential backoff, forever, counted and
  *    logged with the event's id and position; the checkpoint never skips ahead;

@@ -1,5 +1,5 @@
 /**
- * Rebuild equals live through the real parts (DESIGN.md "Rebuild"): random valid sequences
+ * Rebuild equals live through the real parts (docs/architecture.md, "The read side"): random valid sequences
  * of a thread's events are appended to a SQLite log while a projector follows it live,
  * committing in batches of random sizes; then the read models are rebuilt from scratch into a
  * fresh store. The stored thread and the thread list are the same both ways, and equal the

@@ -1,5 +1,5 @@
 /**
- * "What needs me" (BACKGROUND.md §2: the default set is narrow): a thread that became
+ * "What needs me" (docs/client-surface.md: the default set is narrow): a thread that became
  * **blocked** (an approval or a question waits on a person) and a thread that **finished**
  * (with how: completed, failed, cancelled). A pure fold per thread over its run events that
  * answers, for each event, the one notification its transition causes, if any: exactly one

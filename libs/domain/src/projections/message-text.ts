@@ -1,5 +1,5 @@
 /**
- * The one decoder of a message's words (BACKGROUND.md §1). Everything that needs what a
+ * The one decoder of a message's words (docs/architecture.md, "Why it exists"). Everything that needs what a
  * message says (the voice seed, a list preview, a notification) reads it here, so no reader
  * ever treats a tool row or a structured part as speech.
  */

@@ -1,5 +1,5 @@
 /**
- * Properties of the thread fold over random valid event sequences (DESIGN.md "Rebuild"):
+ * Properties of the thread fold over random valid event sequences (docs/architecture.md, "The read side"):
  * folding in one go equals folding in chunks with the state stored as JSON between them (a
  * rebuild equals the live projection), the messages always pass the AI SDK's
  * validateUIMessages, the view's invariants hold after every event, and the order in which

@@ -1,7 +1,7 @@
 /**
  * The thread view's fold (docs/architecture.md, "The read side"): recorded events in, the
  * thread's state out. The projector applies it live and a rebuild applies it to the same
- * events from scratch, so the two agree (BACKGROUND.md §1 and §4 shaped the tool rules).
+ * events from scratch, so the two agree (docs/architecture.md, "Why it exists", shaped the tool rules).
  *
  * `applyToThread` changes the state in place: a rebuild folds a million events, and a copy
  * per event would make that quadratic. `evolveThread` is the pure form: a copy, then apply.
@@ -317,7 +317,7 @@ function upsertText(
 // ---------------------------------------------------------------------------------------
 // Tool parts
 
-/** Tool inputs are objects; anything else is kept under `raw` (BACKGROUND.md §1). */
+/** Tool inputs are objects; anything else is kept under `raw` (docs/architecture.md, "Why it exists"). */
 function asInput(value: unknown): Record<string, unknown> {
   if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
     return value as Record<string, unknown>;
@@ -422,7 +422,7 @@ function toolFinished(fold: Fold, data: EventDataByType['tool.finished']): void 
   const location = rows.tool(runId, data.toolCallId);
   const named = typeof data.toolName === 'string' && data.toolName !== '';
   if (location === undefined) {
-    // The call is recorded beside its output, even when it never started (BACKGROUND.md §4).
+    // The call is recorded beside its output, even when it never started (docs/architecture.md, "Why it exists").
     const type = `tool-${named ? data.toolName : UNKNOWN_TOOL_NAME}` as const;
     createPart(fold, finishedPart(type, data.toolCallId, {}, data, undefined));
     return;
@@ -536,7 +536,7 @@ function approvalRequested(fold: Fold, data: EventDataByType['approval.requested
   else state.pendingApprovals[at] = pending;
 }
 
-/** The reason shown on a denial the policy imposed (BACKGROUND.md §2). */
+/** The reason shown on a denial the policy imposed (docs/architecture.md, "Why it exists"). */
 export const DOWNGRADED_REASON =
   'The policy in force now forbids this call: the allow was downgraded to a one-time deny.';
 

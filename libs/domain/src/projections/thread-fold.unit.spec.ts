@@ -1,5 +1,5 @@
 /**
- * The thread view's fold, rule by rule (DESIGN.md "Projections"; BACKGROUND.md §1, §4):
+ * The thread view's fold, rule by rule (docs/api.md, "Threads"; docs/architecture.md, "Why it exists"):
  * messages, two-phase tool parts in any order, approvals, run ends, what runs now, status.
  * Every thread these examples build must also pass the AI SDK's validateUIMessages.
  */

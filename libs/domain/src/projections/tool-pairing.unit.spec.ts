@@ -1,5 +1,5 @@
 /**
- * Tool exchanges never vanish from a thread (BACKGROUND.md §4). Regression cases adapted
+ * Tool exchanges never vanish from a thread (docs/architecture.md, "Why it exists"). Regression cases adapted
  * from the LiveKit agents chat-context incident (livekit/agents#7324, fixed by #7330): an
  * output with no name was filtered out while its call was kept, then the orphaned call was
  * dropped too; a realtime call rejected before it ran left an output with no call.

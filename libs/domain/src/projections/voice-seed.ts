@@ -1,5 +1,5 @@
 /**
- * The voice seed (BACKGROUND.md §1): the last spoken and typed turns of a thread, replayed
+ * The voice seed (docs/architecture.md, "Why it exists"): the last spoken and typed turns of a thread, replayed
  * into a new voice call so it picks up where the thread is. Words only, read through the
  * one decoder; tool rows and tool outputs are never replayed as speech.
  */

@@ -1,5 +1,5 @@
 /**
- * The voice seed and the one decoder of a message's words (BACKGROUND.md §1): the newest
+ * The voice seed and the one decoder of a message's words (docs/architecture.md, "Why it exists"): the newest
  * spoken and typed turns within 20 turns and 4,000 tokens, words only, text kept verbatim.
  */
 import { given, takeFolded, ThreadLog } from './testing/thread-events';

@@ -1,5 +1,5 @@
 /**
- * A tool's result as a voice model is told it (BACKGROUND.md §1): the whole result up to a
+ * A tool's result as a voice model is told it (docs/architecture.md, "Why it exists"): the whole result up to a
  * ceiling sized to the session, and a result cut above it says so, with a hint that leads
  * with the general remedy (ask for less) before the specific one (ask for the rest).
  */

@@ -1,5 +1,5 @@
 /**
- * A tool result quoted to a voice model (BACKGROUND.md §1): whole up to 12,000 characters;
+ * A tool result quoted to a voice model (docs/architecture.md, "Why it exists"): whole up to 12,000 characters;
  * above that, cut, and the cut says so with a hint that leads with "Ask again for less".
  */
 import fc from 'fast-check';

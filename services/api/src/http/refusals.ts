@@ -34,8 +34,8 @@ export function refusalToApiError(error: unknown): ApiError | null {
   }
   if (error instanceof WrongExpectedRevisionError) {
     const revisions = { expectedRevision: error.expected, actualRevision: error.actual };
-    // In `details` like every error's facts, and at the top like the other 409s' (DESIGN.md:
-    // "409 with the actual revision").
+    // In `details` like every error's facts, and at the top like the other 409s' (docs/api.md:
+    // 409 `wrong_expected_revision` with `actualRevision`).
     return new ApiError(
       409,
       'wrong_expected_revision',

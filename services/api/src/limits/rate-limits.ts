@@ -1,5 +1,5 @@
 /**
- * Per-user call budgets (DESIGN.md "Access, limits, bad input"): in any sliding window a user
+ * Per-user call budgets (docs/limits.md): in any sliding window a user
  * may make `calls` calls, of which at most `costly` are costly ones (commands that start or
  * redirect work); a costly call counts against both budgets. A sliding log: each user keeps
  * the times of the calls it was allowed, so a budget frees up exactly when its oldest counted
