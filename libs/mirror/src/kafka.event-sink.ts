@@ -5,6 +5,7 @@
  * failure for the mirror to retry, not a crash.
  */
 import {
+  ConfigResourceTypes,
   Kafka,
   logLevel,
   Partitioners,
@@ -23,6 +24,11 @@ export interface KafkaSinkSettings {
   clientId?: string;
   /** How long one produce request may wait for the broker before it counts as failed. */
   requestTimeoutMs?: number;
+  /**
+   * The topic's record limit (`max.message.bytes`) the mirror creates it with, and checks an
+   * existing topic against: topicMaxMessageBytes(EVENT_MAX_BYTES). Default: 4 MiB.
+   */
+  maxMessageBytes?: number;
   /** Where kafkajs's own warnings and errors go (default: nowhere; the mirror logs its failures). */
   log?: (level: 'error' | 'warn', message: string, extra: Record<string, unknown>) => void;
 }
@@ -32,6 +38,18 @@ export interface KafkaSinkSettings {
  * broker's own default (1 MiB) would refuse such an event.
  */
 export const TOPIC_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+/** Room in a record beyond the event's data: ids, stamps, headers, the record batch. */
+const ENVELOPE_ROOM_BYTES = 1024 * 1024;
+
+/**
+ * The topic record limit for events of at most `eventMaxBytes`: the data is spliced into the
+ * record as recorded, so an EVENT_MAX_BYTES above 3 MiB needs a larger topic limit, or every
+ * event between the two sizes would be parked as too large.
+ */
+export function topicMaxMessageBytes(eventMaxBytes: number): number {
+  return Math.max(TOPIC_MAX_MESSAGE_BYTES, eventMaxBytes + ENVELOPE_ROOM_BYTES);
+}
 
 /** Protocol errors that say "this record, as it is, will never be accepted". */
 const REFUSALS = new Set([
@@ -164,8 +182,12 @@ export class KafkaEventSink implements EventSink {
     const admin: Admin = this.kafka.admin();
     await admin.connect();
     try {
+      const wanted = this.settings.maxMessageBytes ?? TOPIC_MAX_MESSAGE_BYTES;
       const topics = await admin.listTopics();
-      if (topics.includes(this.settings.topic)) return;
+      if (topics.includes(this.settings.topic)) {
+        await this.checkTopicLimit(admin, wanted);
+        return;
+      }
       // createTopics answers false (not an error) when another mirror created it first.
       await admin.createTopics({
         waitForLeaders: true,
@@ -173,12 +195,42 @@ export class KafkaEventSink implements EventSink {
           {
             topic: this.settings.topic,
             numPartitions: this.settings.partitions,
-            configEntries: [{ name: 'max.message.bytes', value: String(TOPIC_MAX_MESSAGE_BYTES) }],
+            configEntries: [{ name: 'max.message.bytes', value: String(wanted) }],
           },
         ],
       });
     } finally {
       await admin.disconnect().catch(() => undefined);
+    }
+  }
+
+  /**
+   * An existing topic is the operator's: its limit is not changed here, but one below what
+   * EVENT_MAX_BYTES needs is said at once, not first met as parked events.
+   */
+  private async checkTopicLimit(admin: Admin, wanted: number): Promise<void> {
+    const described = await admin.describeConfigs({
+      includeSynonyms: false,
+      resources: [
+        {
+          type: ConfigResourceTypes.TOPIC,
+          name: this.settings.topic,
+          configNames: ['max.message.bytes'],
+        },
+      ],
+    });
+    const entry = described.resources[0]?.configEntries.find(
+      (config) => config.configName === 'max.message.bytes',
+    );
+    const limit = Number(entry?.configValue);
+    if (Number.isFinite(limit) && limit < wanted) {
+      this.settings.log?.(
+        'warn',
+        `topic ${this.settings.topic} takes records of at most ${limit} bytes (max.message.bytes), ` +
+          `under the ${wanted} an event at EVENT_MAX_BYTES needs: larger events will be parked ` +
+          `until the topic's limit is raised`,
+        { topic: this.settings.topic, maxMessageBytes: limit, needed: wanted },
+      );
     }
   }
 

@@ -16,7 +16,7 @@ import {
 import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import type { EventSink } from './event-sink.port';
-import { KafkaEventSink } from './kafka.event-sink';
+import { KafkaEventSink, topicMaxMessageBytes } from './kafka.event-sink';
 import { MirrorFollower, type MirrorObserver, type PublishFailure } from './mirror.follower';
 import { MirrorStore, type ParkedEvent, type ParkRequest } from './mirror.store';
 import type { MirrorFormat } from './run-event.codec';
@@ -36,6 +36,8 @@ export interface MirrorSettings {
   /** Cap of the retry backoff. */
   retryMaxMs: number;
   watchdogMs: number;
+  /** EVENT_MAX_BYTES: the topic is made to take a record of an event that size. */
+  eventMaxBytes: number;
   /** Tests substitute a sink; production uses Kafka. */
   sink?: EventSink;
 }
@@ -63,6 +65,7 @@ export class MirrorService
         brokers: settings.brokers,
         topic: settings.topic,
         partitions: settings.partitions,
+        maxMessageBytes: topicMaxMessageBytes(settings.eventMaxBytes),
         log: (level, message, extra) =>
           level === 'error'
             ? this.logger.error({ msg: message, ...extra })

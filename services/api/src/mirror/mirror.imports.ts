@@ -20,6 +20,7 @@ export function mirrorSettingsOf(config: AppConfig): MirrorSettings | null {
     stallMs: mirror.stallMs,
     retryMaxMs: mirror.retryMaxMs,
     watchdogMs: mirror.watchdogMs,
+    eventMaxBytes: config.eventMaxBytes,
   };
 }
 

@@ -5,6 +5,7 @@
  * nothing; a poison event is parked, listed, and re-driven while the events after it flow.
  */
 import { randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
 import { runStream } from '@runledger/domain';
 import { Metrics } from '@runledger/observability';
 import { TOPIC_MAX_MESSAGE_BYTES } from '@runledger/mirror';
@@ -214,6 +215,42 @@ describeKafka('the Kafka mirror (real broker)', () => {
     }
   });
 
+  it('makes its topic take an event at EVENT_MAX_BYTES, however large that is set', async () => {
+    // Given EVENT_MAX_BYTES of 6 MiB, over the 4 MiB record limit topics are made with by default
+    const topic = uniqueTopic('large');
+    const eventMaxBytes = 6 * 1024 * 1024;
+    const t = await startTestApp(
+      mirrorEnv(topic, {
+        EVENT_MAX_BYTES: String(eventMaxBytes),
+        SSE_MAX_BUFFER_BYTES: String(2 * eventMaxBytes),
+      }),
+    );
+    const consumer = new RunEventCollector(topic);
+    const admin = kafkaClient().admin();
+    await admin.connect();
+    try {
+      // When a 5 MB message is appended
+      const runId = `run-${randomUUID()}`;
+      await append(t, runId, [started('thread-large'), message('x'.repeat(5_000_000))]);
+
+      // Then the topic was made for it, and it arrives rather than being parked
+      await consumer.start();
+      await consumer.waitForUnique(2, 60_000);
+      const described = await admin.describeConfigs({
+        includeSynonyms: false,
+        resources: [{ type: 2, name: topic, configNames: ['max.message.bytes'] }],
+      });
+      expect(described.resources[0].configEntries[0].configValue).toBe(
+        String(eventMaxBytes + 1024 * 1024),
+      );
+      expect((await t.http().get('/v1/admin/mirror/parked').set(t.auth())).body.parked).toEqual([]);
+    } finally {
+      await consumer.stop();
+      await admin.disconnect();
+      await t.close();
+    }
+  });
+
   it('parks an event the broker refuses, lets the events after it through, lists it and re-drives it', async () => {
     const topic = uniqueTopic('poison');
     // The topic exists already with a small record limit: a large event is refused as it is.
@@ -229,6 +266,7 @@ describeKafka('the Kafka mirror (real broker)', () => {
         },
       ],
     });
+    const warnings = jest.spyOn(Logger.prototype, 'warn');
     const t = await startTestApp(mirrorEnv(topic));
     const consumer = new RunEventCollector(topic);
     try {
@@ -238,6 +276,15 @@ describeKafka('the Kafka mirror (real broker)', () => {
       await append(t, runId, [message('after 1'), message('after 2')]);
       await consumer.start();
       await consumer.waitForUnique(4, 60_000);
+      // The topic's small limit was said at start, before any event was refused by it.
+      expect(warnings).toHaveBeenCalledWith(
+        expect.objectContaining({
+          msg: expect.stringContaining(
+            `topic ${topic} takes records of at most ${64 * 1024} bytes`,
+          ),
+        }),
+      );
+      warnings.mockRestore();
       expect(consumer.byRun.get(runId)?.map((e) => e.revision)).toEqual([0, 1, 3, 4]);
 
       // The park is committed with the checkpoint once the whole batch is through, so the
