@@ -366,14 +366,15 @@ describe('body limits', () => {
     },
   );
 
-  it.each(['utf-16', 'latin1', 'ISO-8859-1'])(
-    'answers a JSON body declared in charset %s 415, unread; nothing is written',
-    async (charset) => {
+  it.each(['; charset=utf-16', ';charset=latin1', '; CHARSET="ISO-8859-1"'])(
+    'answers a JSON body declared with %s 415, unread; nothing is written',
+    async (parameter) => {
       const runId = `run-${randomUUID()}`;
+      const charset = /=\W*([\w-]+)/.exec(parameter)![1];
       const res = await t
         .http()
         .post(`/v1/runs/${runId}/events`)
-        .set({ ...t.auth(), 'Content-Type': `application/json; charset=${charset}` })
+        .set({ ...t.auth(), 'Content-Type': `application/json${parameter}` })
         .send(RUN_STARTED);
       expect(res.status).toBe(415);
       expect(res.body).toMatchObject({ error: 'unsupported_media_type' });
@@ -411,6 +412,7 @@ describe('body limits', () => {
     expect(await res.json()).toMatchObject({
       error: 'malformed_body',
       details: [{ field: 'body', rule: 'utf8' }],
+      message: expect.stringContaining('not valid UTF-8'),
     });
     expect((await t.http().get(`/v1/runs/${runId}/events`).set(t.auth())).status).toBe(404);
   });
@@ -531,6 +533,15 @@ describe('process guards', () => {
     expect(JSON.parse(answer.body)).toEqual({
       error: 'request_timeout',
       message: expect.stringContaining('HTTP_REQUEST_TIMEOUT_MS'),
+    });
+  });
+
+  it('answers bytes that are not an HTTP request 400 in the API error shape', async () => {
+    const answer = await rawRequest(t, 'NOT HTTP AT ALL');
+    expect(answer.status).toBe(400);
+    expect(JSON.parse(answer.body)).toEqual({
+      error: 'bad_request',
+      message: expect.stringContaining('not an HTTP request'),
     });
   });
 

@@ -150,6 +150,7 @@ describe('GET /v1/threads/:threadId pages', () => {
       [first, cursor({ m: 2, t: tag, x: 1 })],
       [first, Buffer.from(`{"m":2e0,"t":"${tag}"}`).toString('base64url')],
       [first, cursor({ m: 4, t: tag })],
+      [first, cursor({ m: -1, t: tag })],
       [first, cursor({ m: 5160, t: tag })],
     ];
 
@@ -164,7 +165,9 @@ describe('GET /v1/threads/:threadId pages', () => {
         status: 400,
         error: 'invalid_cursor',
       });
-      expect(res.body.details).toEqual([expect.objectContaining({ field: 'before' })]);
+      expect(res.body.details).toEqual([
+        expect.objectContaining({ field: 'before', rule: 'isCursor' }),
+      ]);
     }
     const older = await page(first, `limit=2&before=${issued}`);
     expect(older.messages).toHaveLength(2);
