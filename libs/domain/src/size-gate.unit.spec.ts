@@ -219,11 +219,17 @@ const limit = fc.oneof(
 );
 
 describe('gateEvent: a text longer than one measuring chunk (16,384 characters)', () => {
-  it('keeps a message clamped, not dropped, when a chunk ends on a lone high surrogate before a pair', () => {
-    // Given a text whose first chunk ends on a lone high surrogate, a whole pair right after
-    // it: measured as two lone halves, the pair cost 8 bytes more than it does, a pass that
-    // did not fit looked as if it did, and the gate fell back to dropping every message.
-    const text = `${'x'.repeat(16_383)}\ud83d\ud800\udc00a\ud83d`;
+  // A pair measured as two lone halves cost 8 bytes more than it does: a pass that did not fit
+  // looked as if it did, and the gate fell back to dropping every message.
+  it.each([
+    // The first chunk ends on a lone high surrogate, a whole pair right after it.
+    ['on a lone high surrogate before a pair', '\ud83d\ud800\udc00'],
+    // A pair straddles the cut, its low half at either end of the low range.
+    ['inside U+10000, whose low half opens the low range', '\ud800\udc00'],
+    ['inside U+10FFFF, whose low half closes the low range', '\udbff\udfff'],
+  ])('keeps a message clamped, not dropped, when the cut falls %s', (_, atCut) => {
+    // Given a text whose first chunk's cut falls there
+    const text = `${'x'.repeat(16_383)}${atCut}a\ud83d`;
     const event = eventOf('model.call', {
       callId: 'c',
       model: 'm',
@@ -233,33 +239,10 @@ describe('gateEvent: a text longer than one measuring chunk (16,384 characters)'
     // When it is gated to the smallest limit
     const result = gateEvent(event, MIN_LIMIT_BYTES);
 
-    // Then the message is kept, its text clamped
+    // Then every pair was measured whole: the message is kept, its text clamped
     expectRecordable(result, MIN_LIMIT_BYTES);
     expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
   });
-
-  it.each([
-    ['U+10000', '\ud800\udc00'],
-    ['U+10FFFF', '\udbff\udfff'],
-  ])(
-    'keeps a message clamped when the cut falls inside %s, whose low half bounds the range',
-    (_, pair) => {
-      // Given a pair straddling the first chunk's cut, its low half at an end of the low range
-      const text = `${'x'.repeat(16_383)}${pair}a\ud83d`;
-      const event = eventOf('model.call', {
-        callId: 'c',
-        model: 'm',
-        messages: [{ role: 'system', content: [{ type: 'text', text }] }],
-      });
-
-      // When it is gated to the smallest limit
-      const result = gateEvent(event, MIN_LIMIT_BYTES);
-
-      // Then the pair was measured whole: the message is kept, its text clamped
-      expectRecordable(result, MIN_LIMIT_BYTES);
-      expect(stampOf(result)).toMatchObject({ omittedMessageCount: 0, clampedParts: 1 });
-    },
-  );
 });
 
 describe('gateEvent: model.call (properties)', () => {
