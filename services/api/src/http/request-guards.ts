@@ -131,7 +131,7 @@ function forbiddenKeyRefusal(): ApiError {
  * could land inside the first as the client reads it, so the connection is only closed.
  */
 export function answerClientError(error: Error & { code?: string }, socket: Socket): void {
-  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  if (isAborted(error) || socket.destroyed) return;
   if (socket.writable && socket.bytesWritten === 0) {
     const { status, body } = clientErrorAnswer(error.code);
     const json = JSON.stringify(body);
@@ -310,7 +310,7 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
   });
 }
 
-/** node:http's error for a request whose client went away before its body was complete. */
+/** node:http's error for a connection its client reset, mid-request or mid-body. */
 function isAborted(error: Error): boolean {
   return (error as NodeJS.ErrnoException).code === 'ECONNRESET';
 }

@@ -13,8 +13,7 @@ import { RunLogService } from '../runs/run-log.service';
 import { queryInt } from '../runs/runs.controller';
 import { ThreadsService } from '../threads/threads.service';
 import type { StreamWatch } from './sse-client';
-import type { StreamStart } from './sse-fanout.service';
-import { SseFanout } from './sse-fanout.service';
+import { SseFanout, type StreamStart } from './sse-fanout.service';
 import { ApiMinPosition, ApiRoute, ApiStreamStart } from '../openapi/api-route.decorator';
 import { StreamSlots } from './stream-slots';
 
