@@ -284,7 +284,6 @@ describeKafka('the Kafka mirror (real broker)', () => {
           ),
         }),
       );
-      warnings.mockRestore();
       expect(consumer.byRun.get(runId)?.map((e) => e.revision)).toEqual([0, 1, 3, 4]);
 
       // The park is committed with the checkpoint once the whole batch is through, so the
@@ -349,6 +348,7 @@ describeKafka('the Kafka mirror (real broker)', () => {
       expect(after.body.parked).toEqual([]);
       expect(await metric(t, 'runledger_mirror_parked_events')).toBe(0);
     } finally {
+      warnings.mockRestore();
       await consumer.stop();
       await admin.disconnect();
       await t.close();
