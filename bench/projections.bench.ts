@@ -2,8 +2,7 @@
  * Read side: how fast the Projector rebuilds the thread read models from a 1,000,000-event
  * SQLite log, against a raw ordered scan of the same log in the same run; and how long
  * `GET /v1/threads/{threadId}` takes for a thread of 10,000 events, against a bare Fastify
- * route answering the same bytes. Target: rebuild ≥ 0.25× the raw scan's events/s
- * (stretch: ≥ 0.5×).
+ * route answering the same bytes. Target: rebuild ≥ 0.5× the raw scan's events/s.
  *
  * Why the baseline is fair: the raw scan reads the very same file, after the same warm-up
  * (the file is in the OS page cache for every contender; each opens a fresh connection with
@@ -39,6 +38,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { SqliteEventStore } from '@runledger/event-store';
 import {
+  OFF_LOOP_BATCHING,
   Projector,
   ReadModelStore,
   THREADS_CHECKPOINT,
@@ -70,8 +70,6 @@ const RUNS_PER_THREAD = 2;
 const TURNS: [number, number] = [9, 13];
 /** Parsed scans: two before the rebuild, one between the rebuilds, one after; the baseline is their median. */
 const SCANS_BEFORE = 2;
-/** Not the service's setting: a rebuild with larger batches shows what batching alone buys. */
-const WHAT_IF_BATCH = 10_000;
 /** Above this, the app's own start-up rebuild of the 1M log would take too long to wait for. */
 const APP_REBUILD_LIMIT_S = 240;
 const SMALL_LOG_EVENTS = 100_000;
@@ -79,8 +77,7 @@ const REBUILD_TIMEOUT_MS = 30 * 60_000;
 const QUERY_WARMUP = 20;
 const QUERY_ROUNDS = 4;
 const QUERY_PER_ROUND = 50;
-const TARGET_RATIO = 0.25;
-const STRETCH_RATIO = 0.5;
+const TARGET_RATIO = 0.5;
 
 interface Rate {
   events: number;
@@ -156,7 +153,10 @@ function watchEventLoop(): () => number {
   };
 }
 
-/** The measured contender: a fresh read-model store, the real Projector and SqliteEventStore. */
+/**
+ * A contender: a fresh read-model store, the real Projector and SqliteEventStore, with the
+ * batching of the service's worker thread (the measured one) or of its own loop.
+ */
 async function rebuild(
   logFile: string,
   head: number,
@@ -499,7 +499,7 @@ interface Breakdown {
 }
 
 async function profileRebuild(logFile: string, head: number, dir: string): Promise<Breakdown> {
-  const { result, profile } = await profiled(() => rebuild(logFile, head, dir));
+  const { result, profile } = await profiled(() => rebuild(logFile, head, dir, OFF_LOOP_BATCHING));
   const file = saveProfile(profile, PROFILE_DIR, 'projections-rebuild');
   return { summary: summarizeProfile(profile), file, seconds: result.seconds };
 }
@@ -579,14 +579,12 @@ async function run(): Promise<Section> {
     const parsed: Rate[] = [];
     for (let i = 0; i < SCANS_BEFORE; i += 1) parsed.push(rawScan(log.file, true));
     console.log(`raw scan: ${parsed.map((s) => count(s.rate)).join(', ')} events/s; rebuilding…`);
-    const measured = await rebuild(log.file, log.head, join(dir, 'rebuild'));
+    const measured = await rebuild(log.file, log.head, join(dir, 'rebuild'), OFF_LOOP_BATCHING);
     console.log(`rebuild: ${count(measured.rate)} events/s in ${measured.seconds.toFixed(1)} s`);
     parsed.push(rawScan(log.file, true));
-    const whatIf = await rebuild(log.file, log.head, join(dir, 'rebuild-batched'), {
-      batchSize: WHAT_IF_BATCH,
-    });
+    const inline = await rebuild(log.file, log.head, join(dir, 'rebuild-inline'));
     console.log(
-      `rebuild, batches of ${count(WHAT_IF_BATCH)}: ${count(whatIf.rate)} events/s in ${whatIf.seconds.toFixed(1)} s`,
+      `rebuild, the api loop's batching: ${count(inline.rate)} events/s in ${inline.seconds.toFixed(1)} s`,
     );
     parsed.push(rawScan(log.file, true));
     plain.push(rawScan(log.file, false));
@@ -597,7 +595,7 @@ async function run(): Promise<Section> {
       measured.batches,
     );
     console.log(`rows written once, raw: ${floor.seconds.toFixed(1)} s`);
-    for (const result of [measured, whatIf]) {
+    for (const result of [measured, inline]) {
       if (result.checkpoint !== log.head)
         throw new Error(`rebuild checkpoint ${result.checkpoint}, log head ${log.head}`);
       if (result.threads !== log.threads)
@@ -634,7 +632,7 @@ async function run(): Promise<Section> {
       reference,
       baseline,
       measured,
-      whatIf,
+      inline,
       floor,
       breakdown,
       queries,
@@ -644,13 +642,14 @@ async function run(): Promise<Section> {
   }
 }
 
-function blockNote(measured: Rebuild): string {
-  const blocked = measured.longestBlockMs / 1000;
-  const whole = blocked >= 0.9 * measured.seconds;
+/** How long the api's own loop would wait behind a rebuild with `BACKGROUND_THREADS=off`. */
+function blockNote(inline: Rebuild): string {
+  const blocked = inline.longestBlockMs / 1000;
+  const whole = blocked >= 0.9 * inline.seconds;
   if (whole) {
-    return `The event loop had no turn for ${blocked.toFixed(1)} s during the ${measured.seconds.toFixed(1)} s rebuild — all of it: in the service a start-up rebuild would leave every request (health checks included) unanswered until it is done.`;
+    return `With the api loop's batching the event loop had no turn for ${blocked.toFixed(1)} s during the ${inline.seconds.toFixed(1)} s rebuild — all of it: with \`BACKGROUND_THREADS=off\` a start-up rebuild would leave every request (health checks included) unanswered until it is done.`;
   }
-  return `The event loop's longest stretch without a turn was ${blocked.toFixed(1)} s during the ${measured.seconds.toFixed(1)} s rebuild: the fold gives the loop a turn every 8 ms and the subscription every 500 events, and a batch commits at 1,000 events or after 100 ms, so in the service requests (health checks included) are answered while a start-up rebuild runs.`;
+  return `With the api loop's batching the event loop's longest stretch without a turn was ${blocked.toFixed(1)} s during the ${inline.seconds.toFixed(1)} s rebuild: the fold gives the loop a turn every 8 ms and the subscription every 500 events, and a batch commits at 1,000 events or after 100 ms, so with \`BACKGROUND_THREADS=off\` requests (health checks included) are answered while a start-up rebuild runs. With the default, the worker thread's longer commits hold only the worker's loop.`;
 }
 
 function section(
@@ -660,7 +659,7 @@ function section(
   reference: number,
   baseline: number,
   measured: Rebuild,
-  whatIf: Rebuild,
+  inline: Rebuild,
   floor: Rate,
   breakdown: Breakdown | null,
   queries: QueryResults,
@@ -688,17 +687,17 @@ function section(
     ],
     [
       'Rebuild',
-      'Projector from an empty read-model store (subscribeToAll → applyToRows → ReadModelStore)',
+      `Projector from an empty read-model store (subscribeToAll → applyToRows → ReadModelStore), with the service's batching (its worker thread's: up to ${count(OFF_LOOP_BATCHING.batchSize ?? 0)} events or ${OFF_LOOP_BATCHING.maxBatchMs} ms a batch)`,
       `${count(measured.rate)} events/s`,
       `${measured.seconds.toFixed(1)} s; ${count(measured.batches)} batches; ${count(measured.threads)} threads; read models ${mib(measured.readModelBytes)}`,
       ratio(rebuildRatio, 3),
     ],
     [
       'Rebuild',
-      `what-if, not the service's setting: the same Projector with \`{ batchSize: ${count(WHAT_IF_BATCH)} }\``,
-      `${count(whatIf.rate)} events/s`,
-      `${whatIf.seconds.toFixed(1)} s; ${count(whatIf.batches)} batches`,
-      ratio(whatIf.rate / baseline, 3),
+      'the same Projector with the batching for the api loop (`BACKGROUND_THREADS=off`): up to 1,000 events or 100 ms a batch',
+      `${count(inline.rate)} events/s`,
+      `${inline.seconds.toFixed(1)} s; ${count(inline.batches)} batches`,
+      ratio(inline.rate / baseline, 3),
     ],
     [
       'Rebuild',
@@ -737,9 +736,9 @@ function section(
   const big = queries.endpoints[0];
   const notes: string[] = [
     `The rebuild ran at ${ratio(rebuildRatio, 3)} the parsed scan's rate (${ratio(measured.rate / reference)} the unparsed scan's): the projection spends about ${count(1e6 * (1 / measured.rate - 1 / baseline))} µs per event on top of reading and parsing it.`,
-    `With batches of ${count(WHAT_IF_BATCH)} events instead of the default's 1,000 (a constructor option; nothing else changed) the same rebuild runs at ${ratio(whatIf.rate / baseline, 3)} the baseline (${ratio(whatIf.rate / measured.rate)} the default's rate). The service keeps batches of 1,000: a batch's events are all in memory at once, and with \`BACKGROUND_THREADS=off\` its commit holds the event loop.`,
+    `With the batching for the api loop (batches of 1,000 events or 100 ms; nothing else changed) the same rebuild runs at ${ratio(inline.rate / baseline, 3)} the baseline: the service's worker batching is ${ratio(measured.rate / inline.rate)} its rate. Each commit writes the header rows and index pages its batch touched, so fewer, larger batches write each of them fewer times. The api's loop keeps the small batches because there a commit holds every request.`,
     `Writing the rebuilt rows alone, once each and with nothing read or folded, takes ${floor.seconds.toFixed(1)} s, ${ratio(baseline / floor.rate)} the time of the parsed scan. A rebuild must read and parse the log (the baseline) and write these rows, so even with a fold that cost nothing it could reach at most ${ratio(1 / (1 + baseline / floor.rate), 3)} the baseline on this machine. The rebuild's own cost beyond those two is about ${count(1e6 * (1 / measured.rate - 1 / baseline - 1 / floor.rate))} µs per event (the fold, upserts in place of plain inserts, headers written once per batch, event objects).`,
-    blockNote(measured),
+    blockNote(inline),
   ];
   if (measured.bigState) {
     notes.push(
@@ -756,7 +755,7 @@ function section(
     method: [
       `The log: ${count(log.events)} events written straight into a SqliteEventStore file (the store creates the file and its schema; better-sqlite3 then inserts the rows with one prepared statement, 50,000 rows a transaction; ${log.seconds.toFixed(1)} s, ${mib(log.bytes)}). ${count(log.runs)} runs in ${count(log.threads)} threads of one tenant, ${RUNS_PER_THREAD} runs per thread one after another, ${CONCURRENT_RUNS} runs in flight at once with their events interleaved, ${log.openRuns} still open at the end; each run is run.started, ${TURNS[0]}–${TURNS[1]} turns (turn.started, the user's message — typed, or a transcript for voice runs —, a model.call, 0–3 tool.started/tool.finished pairs of which 10% failed, 8% of the tools behind an approval.requested/approval.resolved pair with 20% denied, a second model.call after tools, the assistant's answer, turn.finished) and run.finished. Events by type: ${types}. Every event carries the server's stamp {tenantId, runId, threadId, prevHash, hash} (random 64-hex hashes, chained); data averages ${count(log.meanDataBytes)} bytes of JSON and metadata ${count(log.meanMetadataBytes)}. One run of exactly ${count(BIG_THREAD_EVENTS)} events, alone in thread \`${BIG_THREAD}\`, takes every ${count(log.events / BIG_THREAD_EVENTS)}th position, i.e. it is spread over the whole log, as a long session is between other agents' traffic. A typical thread (\`${log.typicalThread.threadId}\`) holds ${log.typicalThread.events} events.`,
       `Baseline: a raw ordered scan of the same file, \`SELECT position, stream, revision, id, type, data, metadata, recorded_at FROM events ORDER BY position\` iterated with better-sqlite3's \`.iterate()\`, with JSON.parse of \`data\` and \`metadata\` of every row — the same parsing the projector must do for every event, so the ratio is the cost of projecting on top of reading and parsing. ${SCANS_BEFORE} scans run before the rebuild, one between it and the batched rebuild and one after (each on a fresh connection; the file had been read once before to put it in the OS page cache, as it is for the rebuild); the baseline is their median. The same scan without JSON.parse is shown for reference.`,
-      `Measured: a fresh \`ReadModelStore\` in a temp directory and \`new Projector(new SqliteEventStore({ file, synchronous: 'NORMAL' }), readModels, observer)\` with its default options (batches of up to 1,000 events or 100 ms, the fold yielding the event loop every 8 ms; no thread states cached); \`start()\`, then the time until its observer reports a committed position at the log's head. Events/s is ${count(log.events)} over that time. Afterwards the bench checks the checkpoint (= head) and the thread count (= the log's). A second rebuild into another fresh store, with \`{ batchSize: ${count(WHAT_IF_BATCH)} }\`, is a what-if for reading the result, not a configuration the service uses. While a rebuild runs, a 10 ms interval timer records the longest stretch without an event-loop turn.`,
+      `Measured: a fresh \`ReadModelStore\` in a temp directory and \`new Projector(new SqliteEventStore({ file, synchronous: 'NORMAL' }), readModels, observer, OFF_LOOP_BATCHING)\`: the options the service gives its projector's worker thread (batches of up to ${count(OFF_LOOP_BATCHING.batchSize ?? 0)} events, 8 MiB of their JSON or ${OFF_LOOP_BATCHING.maxBatchMs} ms, the fold yielding every 8 ms; no thread states cached), run here on the bench's own thread; \`start()\`, then the time until its observer reports a committed position at the log's head. Events/s is ${count(log.events)} over that time. Afterwards the bench checks the checkpoint (= head) and the thread count (= the log's). A second rebuild into another fresh store uses the Projector's defaults, the batching for the api's own loop (\`BACKGROUND_THREADS=off\`: 1,000 events or 100 ms). While a rebuild runs, a 10 ms interval timer records the longest stretch without an event-loop turn.`,
       `Queries: the real service (\`createApp(loadConfig({ DATA_DIR, RUNLEDGER_API_KEYS }))\`, bench/servers/runledger.server.ts, with the rate limits at their maximum of 100,000 so the limiter counts the bench's calls but never refuses them) in a child process on ${queries.sameLog ? `the same ${count(queries.logEvents)}-event log` : `a smaller log of ${count(queries.logEvents)} events with the same ${count(BIG_THREAD_EVENTS)}-event thread (the full log's start-up rebuild would take more than ${APP_REBUILD_LIMIT_S} s)`}; its projector rebuilds the read models at start-up, and the bench polls \`GET /v1/threads/${BIG_THREAD}?minPosition=<head>\` until it answers 200. Then ${QUERY_ROUNDS} rounds × ${QUERY_PER_ROUND} sequential requests per endpoint (after ${QUERY_WARMUP} warm-up requests), alternating with the baseline, from Node's fetch (undici ${process.versions.undici ?? 'bundled'}) in the bench process; a latency is the time until the whole body is read, and every answer is checked for status 200 and the expected length. Baseline: bare Fastify ${packageVersion('fastify')} in its own child process answering the same paths with the very body runledger answered, precomputed.`,
     ],
     table: {
@@ -769,12 +768,6 @@ function section(
         target: `≥ ${TARGET_RATIO}× baseline events/s`,
         measured: `${ratio(rebuildRatio, 3)} (${count(measured.rate)} vs ${count(baseline)} events/s)`,
         met: rebuildRatio >= TARGET_RATIO,
-      },
-      {
-        subject: 'rebuild vs raw ordered scan (stretch)',
-        target: `≥ ${STRETCH_RATIO}× baseline events/s`,
-        measured: ratio(rebuildRatio, 3),
-        met: rebuildRatio >= STRETCH_RATIO,
       },
     ],
     notes,

@@ -10,7 +10,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ChainVerifier, RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
 import { openEventStore, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
-import { Projector, ReadModelStore } from '@runledger/projections';
+import { OFF_LOOP_BATCHING, Projector, ReadModelStore } from '@runledger/projections';
 import {
   ConfigError,
   loadConfig,
@@ -302,15 +302,20 @@ async function rebuild(config: AppConfig, io: CliIo): Promise<number> {
     const progress = new Progress('rebuild', unit, target, io.stderr);
     let failure: unknown = null;
     let reached = target === 0;
-    const projector = new Projector(log, readModels, {
-      committed: (_events, position) => {
-        progress.update(position);
-        if (position >= target) reached = true;
+    const projector = new Projector(
+      log,
+      readModels,
+      {
+        committed: (_events, position) => {
+          progress.update(position);
+          if (position >= target) reached = true;
+        },
+        failed: (error) => {
+          failure = error;
+        },
       },
-      failed: (error) => {
-        failure = error;
-      },
-    });
+      OFF_LOOP_BATCHING,
+    );
     projector.start();
     while (!reached && failure === null) await new Promise((r) => setTimeout(r, POLL_MS));
     await projector.stop();

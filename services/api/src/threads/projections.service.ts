@@ -17,6 +17,7 @@ import { RUN_STREAM_PREFIX } from '@runledger/domain';
 import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import {
+  OFF_LOOP_BATCHING,
   Projector,
   ProjectorThread,
   ReadModelStore,
@@ -103,7 +104,7 @@ export class ProjectionsService
                 sqliteSynchronous: config.sqliteSynchronous,
               },
               readModelsFile,
-              options: {},
+              options: OFF_LOOP_BATCHING,
               heapMib: projectorHeapMib(config.eventMaxBytes),
             },
             this.readModels.checkpoint(),
