@@ -16,6 +16,7 @@ import {
   threadKey,
   threadOf,
   type ProjectedEvent,
+  type ThreadRows,
 } from '@runledger/domain';
 import {
   CheckpointedProcessor,
@@ -25,7 +26,7 @@ import {
   type ProcessorObserver,
   type RecordedEvent,
 } from '@runledger/event-store';
-import type { ReadModelStore, StoredThreadRows } from './read-model.store';
+import type { ReadModelWriter } from './read-model.port';
 
 export type ProjectorObserver = ProcessorObserver;
 
@@ -50,13 +51,13 @@ export const OFF_LOOP_BATCHING: Readonly<ProjectorOptions> = Object.freeze({
   maxBatchMs: 250,
 });
 
-export class Projector implements BatchHandler {
+export class Projector<Rows extends ThreadRows = ThreadRows> implements BatchHandler {
   private readonly processor: CheckpointedProcessor;
   private readonly sliceMs: number;
 
   constructor(
     log: EventStoreReader,
-    private readonly readModels: ReadModelStore,
+    private readonly readModels: ReadModelWriter<Rows>,
     observer: ProjectorObserver,
     options: ProjectorOptions = {},
   ) {
@@ -96,7 +97,7 @@ export class Projector implements BatchHandler {
   }
 
   async handle(batch: readonly RecordedEvent[]): Promise<void> {
-    const touched = new Map<string, StoredThreadRows>();
+    const touched = new Map<string, Rows>();
     const fold = (recorded: RecordedEvent) => {
       const event = toProjected(recorded);
       const owner = threadOf(event);
@@ -110,7 +111,7 @@ export class Projector implements BatchHandler {
       applyToRows(rows, event);
     };
     await forEachInSlices(batch, fold, this.sliceMs);
-    this.readModels.commit([...touched.values()], batch[batch.length - 1].position);
+    await this.readModels.commit([...touched.values()], batch[batch.length - 1].position);
   }
 }
 

@@ -36,12 +36,19 @@ import {
   type ThreadRows,
   type ThreadState,
   type ThreadStatus,
-  type ThreadSummary,
   type ToolLocation,
   type ToolPart,
   type UIMessage,
   type UIMessagePart,
 } from '@runledger/domain';
+import type {
+  MessagePage,
+  ReadModelWriter,
+  ThreadHead,
+  ThreadListItem,
+  ThreadListQuery,
+  ThreadReadModels,
+} from './read-model.port';
 
 /**
  * Bumped when the tables change shape or the fold writes them differently: an older file is
@@ -123,31 +130,6 @@ export interface ReadModelStoreOptions {
   writerCacheBytes?: number;
 }
 
-/** A row of the thread list: the thread's summary as the fold defines it. */
-export type ThreadListItem = ThreadSummary;
-
-export interface ThreadListQuery {
-  status?: ThreadStatus;
-  limit: number;
-  /** Opaque: from a previous page's `nextCursor`. */
-  after?: { lastActivityAt: string; threadId: string };
-}
-
-/** A thread's header row as stored. */
-export interface ThreadHead {
-  header: ThreadHeader;
-  messageCount: number;
-}
-
-/** A page of messages, oldest first, and where the thread goes on before it. */
-export interface MessagePage {
-  /** The page's messages: each an AI SDK UIMessage's JSON, as UTF-8 built from the stored rows. */
-  messages: Buffer[];
-  /** `seq` of the page's oldest message: read before it for the next older page. */
-  oldestSeq: number | null;
-  hasMore: boolean;
-}
-
 interface ThreadRow {
   thread_id: string;
   title: string | null;
@@ -177,7 +159,7 @@ export const THREADS_CHECKPOINT = 'threads';
 
 type Key2 = [string, string];
 
-export class ReadModelStore {
+export class ReadModelStore implements ReadModelWriter<StoredThreadRows>, ThreadReadModels {
   private readonly db: Db;
   private readonly checkpoints: Checkpoints;
   private readonly statements: ReturnType<typeof prepare>;

@@ -24,6 +24,7 @@ import {
   projectorHeapMib,
   type ProjectionRunner,
   type ProjectorObserver,
+  type ThreadReadModels,
 } from '@runledger/projections';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { awaitReadModel } from '../http/api-error';
@@ -77,7 +78,9 @@ export class RebuildProgress implements ProjectorObserver {
 export class ProjectionsService
   implements OnApplicationBootstrap, OnApplicationShutdown, ProjectorObserver
 {
-  readonly readModels: ReadModelStore;
+  /** What the queries read; the SQLite adapter behind it is this service's to open and close. */
+  readonly readModels: ThreadReadModels;
+  private readonly store: ReadModelStore;
   private readonly projector: ProjectionRunner;
   private readonly logger = new Logger('projector');
   private rebuild: RebuildProgress | null = null;
@@ -92,7 +95,8 @@ export class ProjectionsService
   ) {
     mkdirSync(config.dataDir, { recursive: true });
     const readModelsFile = join(config.dataDir, READ_MODELS_FILE);
-    this.readModels = new ReadModelStore(readModelsFile);
+    this.store = new ReadModelStore(readModelsFile);
+    this.readModels = this.store;
     this.projector =
       config.backgroundThreads === 'on'
         ? new ProjectorThread(
@@ -107,10 +111,10 @@ export class ProjectionsService
               options: OFF_LOOP_BATCHING,
               heapMib: projectorHeapMib(config.eventMaxBytes),
             },
-            this.readModels.checkpoint(),
+            this.store.checkpoint(),
             this,
           )
-        : new Projector(log, this.readModels, this);
+        : new Projector(log, this.store, this);
   }
 
   async onApplicationBootstrap(): Promise<void> {
@@ -134,7 +138,7 @@ export class ProjectionsService
   async onApplicationShutdown(): Promise<void> {
     if (this.lagTimer) clearInterval(this.lagTimer);
     await this.projector.stop();
-    this.readModels.close();
+    this.store.close();
   }
 
   committed(events: number, position: number, lastRecordedAt: string): void {
