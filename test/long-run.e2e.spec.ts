@@ -3,7 +3,8 @@
  * rebuilds its read models from the same log, and the service's own event-loop delay (its
  * `runledger_event_loop_delay_seconds` metric, the maximum since the previous scrape) stays
  * under 200 ms. Measured inside the service's process, so the test runner's own work (the
- * NDJSON it reads, its garbage collection) is not charged to the service.
+ * NDJSON it reads, its garbage collection) is not charged to the service. Readiness follows
+ * the rebuild: not ready while the read models are behind the log, ready once caught up.
  */
 import { join } from 'node:path';
 import { runStream, sealBatch } from '@runledger/domain';
@@ -22,6 +23,7 @@ const RUN_ID = 'long-run';
 const THREAD_ID = 'long-thread';
 const KEY = 'key-long-run-0123456789';
 const MAX_DELAY_SECONDS = 0.2;
+const READY_MAX_LAG_MS = 100;
 
 afterAll(cleanUpServices);
 
@@ -78,6 +80,14 @@ it('audits and replays a run of 300,000 events while the read models rebuild, th
     dataDir,
     apiKeys: `${KEY}=tenant-a:append,read`,
     readyTimeoutMs: 120_000,
+    env: { READY_MAX_LAG_MS: String(READY_MAX_LAG_MS) },
+  });
+  // The log was written before the service started: its first event has waited since then.
+  const rebuilding = await request(service.baseUrl, '/health/ready');
+  expect(rebuilding.status).toBe(503);
+  expect(await rebuilding.json()).toMatchObject({
+    status: 'not_ready',
+    checks: { store: 'ok', projector: expect.stringMatching(/^projector behind the log/) },
   });
   // Start-up (Nest's module graph, the OpenAPI document) is not a request being held.
   await loopDelaySinceLastScrape(service);
@@ -101,4 +111,12 @@ it('audits and replays a run of 300,000 events while the read models rebuild, th
   expect(lines).toBe(EVENTS);
 
   expect(await loopDelaySinceLastScrape(service)).toBeLessThan(MAX_DELAY_SECONDS);
+
+  const deadline = Date.now() + 120_000;
+  let ready = await request(service.baseUrl, '/health/ready');
+  while (ready.status !== 200 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    ready = await request(service.baseUrl, '/health/ready');
+  }
+  expect(await ready.json()).toMatchObject({ status: 'ready', checks: { projector: 'ok' } });
 }, 600_000);

@@ -6,4 +6,5 @@ export * from './esdb.event-store';
 export * from './checkpoints';
 export * from './checkpointed-processor';
 export * from './position-gate';
+export * from './follower-lag';
 export * from './worker-entry';

@@ -14,8 +14,10 @@
 import { RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
 import {
   CheckpointedProcessor,
+  followerLag,
   type BatchHandler,
   type EventStoreReader,
+  type FollowerLag,
   type RecordedEvent,
 } from '@runledger/event-store';
 import { RejectedMessageError, type EventSink } from './event-sink.port';
@@ -199,16 +201,8 @@ export class MirrorFollower implements BatchHandler {
   }
 
   /** Mirror lag: how many log positions and how long the oldest unpublished run event waits. */
-  async lag(): Promise<{ events: number; seconds: number }> {
-    const [next] = await this.log.readAll({
-      fromPosition: this.position + 1,
-      maxCount: 1,
-      streamPrefix: RUN_STREAM_PREFIX,
-    });
-    if (!next) return { events: 0, seconds: 0 };
-    const head = await this.log.headPosition();
-    const waited = (this.now() - Date.parse(next.recordedAt)) / 1000;
-    return { events: Math.max(1, head - this.position), seconds: Math.max(0, waited) };
+  lag(): Promise<FollowerLag> {
+    return followerLag(this.log, this.position, RUN_STREAM_PREFIX, this.now());
   }
 
   /**

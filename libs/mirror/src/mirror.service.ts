@@ -13,7 +13,7 @@ import {
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
 } from '@nestjs/common';
-import { EVENT_STORE, type EventStore } from '@runledger/event-store';
+import { EVENT_STORE, lagProblem, type EventStore, type FollowerLag } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import type { EventSink } from './event-sink.port';
 import { KafkaEventSink, topicMaxMessageBytes } from './kafka.event-sink';
@@ -33,6 +33,8 @@ export interface MirrorSettings {
   format: MirrorFormat;
   /** Publishing failing this long turns readiness to not-ready. */
   stallMs: number;
+  /** The oldest unpublished run event waiting longer than this turns readiness to not-ready. */
+  readyMaxLagMs: number;
   /** Cap of the retry backoff. */
   retryMaxMs: number;
   watchdogMs: number;
@@ -99,7 +101,7 @@ export class MirrorService
       fromPosition: this.follower.current(),
     });
     this.lagTimer = setInterval(() => {
-      this.refreshLag().catch((error: unknown) =>
+      this.lag().catch((error: unknown) =>
         this.logger.warn({ msg: 'could not read the log to measure lag', error: String(error) }),
       );
     }, LAG_REFRESH_MS);
@@ -114,8 +116,11 @@ export class MirrorService
   }
 
   /** Null while healthy; else why readiness should answer not-ready. */
-  problem(): string | null {
-    return this.follower.problem();
+  async problem(): Promise<string | null> {
+    const failing = this.follower.problem();
+    if (failing !== null) return failing;
+    const behind = await lagProblem(() => this.lag(), this.settings.readyMaxLagMs);
+    return behind && `publishing is ${behind}`;
   }
 
   position(): number {
@@ -208,9 +213,11 @@ export class MirrorService
     this.logger.warn({ msg: 'following the log again from the checkpoint', reason, fromPosition });
   }
 
-  private async refreshLag(): Promise<void> {
+  /** Measures the lag now, and sets its gauges. */
+  private async lag(): Promise<FollowerLag> {
     const lag = await this.follower.lag();
     this.metrics.mirrorLagEvents.set(lag.events);
     this.metrics.mirrorLagSeconds.set(lag.seconds);
+    return lag;
   }
 }

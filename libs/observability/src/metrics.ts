@@ -69,7 +69,7 @@ export class Metrics {
 
   readonly projectorLagSeconds = new Gauge({
     name: 'runledger_projector_lag_seconds',
-    help: 'Age of the last event folded in while the projector is behind the head; 0 when caught up',
+    help: 'How long the oldest run event not yet folded into the read models has waited; 0 when caught up',
     registers: [this.registry],
   });
 

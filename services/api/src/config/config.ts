@@ -114,6 +114,12 @@ export class EnvironmentSchema {
   READ_WAIT_MS = 2000;
 
   @Transform(toInt)
+  @IsInt({ message: 'READY_MAX_LAG_MS must be an integer between 100 and 3600000' })
+  @Min(100, { message: 'READY_MAX_LAG_MS must be an integer between 100 and 3600000' })
+  @Max(3_600_000, { message: 'READY_MAX_LAG_MS must be an integer between 100 and 3600000' })
+  READY_MAX_LAG_MS = 30_000;
+
+  @Transform(toInt)
   @IsInt({ message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
   @Min(1, { message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
   @Max(10_000, { message: 'MAX_EVENTS_PER_APPEND must be an integer between 1 and 10000' })
@@ -289,6 +295,7 @@ export const CONFIG_VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'BODY_MAX_BYTES',
   'EVENT_MAX_BYTES',
   'READ_WAIT_MS',
+  'READY_MAX_LAG_MS',
   'POLICY_FILE',
   'RECEIPT_SECRET',
   'RECEIPT_TTL_S',
@@ -367,6 +374,11 @@ export interface AppConfig {
   eventMaxBytes: number;
   /** How long a query with ?minPosition= waits for the projection before answering 503. */
   readWaitMs: number;
+  /**
+   * Readiness: the projector (and the mirror, when it runs here) counts as caught up while the
+   * oldest event it has not handled has waited at most this long.
+   */
+  readyMaxLagMs: number;
   /** Layered tool policy evaluated when an approval is resolved; unset allows every tool. */
   policyFile?: string;
   /** Signs approval receipts. Unset: a secret kept in DATA_DIR (embedded default only). */
@@ -595,6 +607,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     bodyMaxBytes: parsed.BODY_MAX_BYTES,
     eventMaxBytes: parsed.EVENT_MAX_BYTES,
     readWaitMs: parsed.READ_WAIT_MS,
+    readyMaxLagMs: parsed.READY_MAX_LAG_MS,
     policyFile: parsed.POLICY_FILE,
     receiptSecret: parsed.RECEIPT_SECRET,
     receiptTtlSeconds: parsed.RECEIPT_TTL_S,

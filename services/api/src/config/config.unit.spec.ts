@@ -27,6 +27,7 @@ describe('configuration', () => {
       bodyMaxBytes: 33_554_432,
       eventMaxBytes: 1_048_576,
       readWaitMs: 2000,
+      readyMaxLagMs: 30_000,
       policyFile: undefined,
       receiptSecret: undefined,
       receiptTtlSeconds: 300,

@@ -41,9 +41,9 @@ export class HealthController {
       () => 'ok',
       (error: unknown) => `unreachable: ${String(error)}`,
     );
-    const projector = this.projections ? (this.projections.problem() ?? 'ok') : undefined;
+    const projector = this.projections ? ((await this.projections.problem()) ?? 'ok') : undefined;
     const clientSurface = this.surface ? (this.surface.problem() ?? 'ok') : undefined;
-    const mirror = this.mirror ? (this.mirror.problem() ?? 'ok') : 'off';
+    const mirror = this.mirror ? ((await this.mirror.problem()) ?? 'ok') : 'off';
     const ready =
       store === 'ok' &&
       (projector ?? 'ok') === 'ok' &&

@@ -18,6 +18,7 @@ export function mirrorSettingsOf(config: AppConfig): MirrorSettings | null {
     partitions: mirror.partitions,
     format: mirror.format,
     stallMs: mirror.stallMs,
+    readyMaxLagMs: config.readyMaxLagMs,
     retryMaxMs: mirror.retryMaxMs,
     watchdogMs: mirror.watchdogMs,
     eventMaxBytes: config.eventMaxBytes,

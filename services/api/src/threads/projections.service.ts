@@ -14,7 +14,13 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import { RUN_STREAM_PREFIX } from '@runledger/domain';
-import { EVENT_STORE, type EventStore } from '@runledger/event-store';
+import {
+  EVENT_STORE,
+  followerLag,
+  lagProblem,
+  type EventStore,
+  type FollowerLag,
+} from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import {
   OFF_LOOP_BATCHING,
@@ -85,7 +91,6 @@ export class ProjectionsService
   private readonly logger = new Logger('projector');
   private rebuild: RebuildProgress | null = null;
   private failure: unknown = null;
-  private lastRecordedAt: string | null = null;
   private lagTimer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -126,11 +131,8 @@ export class ProjectionsService
     this.metrics.projectorPosition.set(this.projector.current());
     this.projector.start();
     this.lagTimer = setInterval(() => {
-      this.refreshLag().catch((error: unknown) =>
-        this.logger.warn({
-          msg: 'could not read the log head to measure lag',
-          error: String(error),
-        }),
+      this.lag().catch((error: unknown) =>
+        this.logger.warn({ msg: 'could not read the log to measure lag', error: String(error) }),
       );
     }, LAG_REFRESH_MS).unref();
   }
@@ -141,8 +143,7 @@ export class ProjectionsService
     this.store.close();
   }
 
-  committed(events: number, position: number, lastRecordedAt: string): void {
-    this.lastRecordedAt = lastRecordedAt;
+  committed(events: number, position: number): void {
     this.metrics.projectedEvents.inc(events);
     this.metrics.projectorPosition.set(position);
     this.rebuild?.committed(events, position);
@@ -158,9 +159,11 @@ export class ProjectionsService
     });
   }
 
-  /** Null when healthy, else why the read side cannot be trusted to catch up. */
-  problem(): string | null {
-    return this.failure === null ? null : `projector stopped: ${String(this.failure)}`;
+  /** Null when healthy, else why the read side cannot be trusted to be caught up. */
+  async problem(): Promise<string | null> {
+    if (this.failure !== null) return `projector stopped: ${String(this.failure)}`;
+    const behind = await lagProblem(() => this.lag(), this.config.readyMaxLagMs);
+    return behind && `projector ${behind}`;
   }
 
   position(): number {
@@ -173,13 +176,12 @@ export class ProjectionsService
     await awaitReadModel('the projection', this.projector, minPosition, this.config.readWaitMs);
   }
 
-  private async refreshLag(): Promise<void> {
+  /** Measures the lag now, and sets its gauges. */
+  private async lag(): Promise<FollowerLag> {
     // Only run streams are projected: a consumed receipt after them is nothing to catch up on.
-    const head = await this.log.headPosition({ streamPrefix: RUN_STREAM_PREFIX });
-    const position = this.projector.current();
-    const behind = Math.max(0, head - position);
-    this.metrics.projectorLagEvents.set(behind);
-    const age = this.lastRecordedAt ? (Date.now() - Date.parse(this.lastRecordedAt)) / 1000 : 0;
-    this.metrics.projectorLagSeconds.set(behind > 0 ? Math.max(0, age) : 0);
+    const lag = await followerLag(this.log, this.projector.current(), RUN_STREAM_PREFIX);
+    this.metrics.projectorLagEvents.set(lag.events);
+    this.metrics.projectorLagSeconds.set(lag.seconds);
+    return lag;
   }
 }
