@@ -67,7 +67,7 @@ export class AccessGuard implements CanActivate {
       this.streamTokenPrincipal(context, request) ??
       this.policy.principalFor(request, access.scope);
     request.principal = principal;
-    request.actor = actorOf(principal, request.headers);
+    request.actor = actorOf(principal, request.raw.headersDistinct);
     return true;
   }
 

@@ -13,12 +13,18 @@ import type { Actor, Principal } from './principal';
 export const USER_HEADER = 'x-runledger-user';
 export const USER_HEADER_EXTENDED = 'x-runledger-user*';
 
-type HeaderValue = string | string[] | undefined;
-
-export function actorOf(principal: Principal, headers: Record<string, HeaderValue>): Actor {
-  // A blank header names no one, like an absent one.
-  const plain = single(headers[USER_HEADER])?.trim() || undefined;
-  const extended = single(headers[USER_HEADER_EXTENDED])?.trim() || undefined;
+/**
+ * `headers`: every header's values as sent (node's `headersDistinct`), so a header sent twice
+ * is seen twice rather than joined into one name with a comma.
+ */
+export function actorOf(
+  principal: Principal,
+  headers: Record<string, string[] | undefined>,
+): Actor {
+  const plain = single(headers[USER_HEADER], 'X-Runledger-User');
+  const extended = single(headers[USER_HEADER_EXTENDED], 'X-Runledger-User*');
+  // Sent at all, even blank, the header names a user: refused for a key that may not, and
+  // a blank name is refused as any other bad one.
   if (plain !== undefined || extended !== undefined) {
     if (!principal.scopes.has('act-as')) {
       throw new ApiError(
@@ -30,7 +36,7 @@ export function actorOf(principal: Principal, headers: Record<string, HeaderValu
     if (plain !== undefined && extended !== undefined) {
       throw invalid('X-Runledger-User', 'send X-Runledger-User or X-Runledger-User*, not both');
     }
-    const name = plain !== undefined ? decodeUser(plain) : decodeExtended(extended!);
+    const name = plain !== undefined ? decodeUser(plain) : decodeExtended(extended!.trim());
     if (name === null) {
       const field = plain !== undefined ? 'X-Runledger-User' : 'X-Runledger-User*';
       const rule =
@@ -52,11 +58,9 @@ function decodeExtended(value: string): string | null {
 }
 
 /** A repeated header names two users: refused rather than joined into one name. */
-function single(value: HeaderValue): string | undefined {
-  if (Array.isArray(value)) {
-    throw invalid('X-Runledger-User', 'X-Runledger-User may be sent once');
-  }
-  return value;
+function single(values: string[] | undefined, field: string): string | undefined {
+  if (values !== undefined && values.length > 1) throw invalid(field, `${field} may be sent once`);
+  return values?.[0];
 }
 
 function invalid(field: string, rule: string): ApiError {

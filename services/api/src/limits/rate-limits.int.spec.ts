@@ -217,6 +217,25 @@ describe('rate limits', () => {
     expect((await listThreads('x'.repeat(128))).status).toBe(200);
   });
 
+  it('refuses X-Runledger-User sent twice or blank, rather than joining or ignoring it', async () => {
+    const call = (value: string | string[], key = KEYS.gatewayA) =>
+      t
+        .http()
+        .get('/v1/threads')
+        .set(t.auth(key))
+        .set({ [USER]: value });
+    // node would join two lines into one name, "Ana, Bob": a user no one named.
+    for (const value of [['Ana', 'Bob'], '', '   ']) {
+      const res = await call(value);
+      expect(res.status).toBe(400);
+      expect(res.body).toMatchObject({
+        error: 'validation_failed',
+        details: [{ field: 'X-Runledger-User' }],
+      });
+    }
+    expect((await call('', KEYS.runtimeA)).status).toBe(403);
+  });
+
   it('spends nothing on a call refused 401 or 403', async () => {
     const anonymous = await statuses(5, () => t.http().get('/v1/threads'));
     expect(anonymous).toEqual(Array(5).fill(401));
