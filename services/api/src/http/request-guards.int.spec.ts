@@ -74,12 +74,12 @@ function post(path: string, headers: Record<string, string | number>): string {
   ].join('\r\n');
 }
 
-async function startRun(t: TestApp): Promise<string> {
+async function startRun(t: TestApp, key: string = KEYS.tenantA): Promise<string> {
   const runId = `run-${randomUUID()}`;
   const res = await t
     .http()
     .post(`/v1/runs/${runId}/events`)
-    .set(t.auth())
+    .set(t.auth(key))
     .send({
       events: [
         { type: 'run.started', data: { threadId: `t-${runId}`, agent: 'a', source: 'api' } },
@@ -508,6 +508,55 @@ describe('large bodies at once', () => {
       .set(t.auth())
       .send(JSON.parse(body.replace('"m1"', '"m2"')));
     expect(after.status).toBe(201);
+  });
+});
+
+describe('large bodies of one tenant', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening({ LARGE_BODY_BYTES: '2048', LARGE_BODY_CONCURRENCY: '2' });
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it("holds at most half the slots: its stalled bodies never refuse another tenant's", async () => {
+    const [runA, runB] = [await startRun(t), await startRun(t, KEYS.tenantB)];
+    const { port } = t.app.getHttpServer().address() as AddressInfo;
+    const stalled = connect(port, '127.0.0.1');
+    stalled.write(
+      `${post(`/v1/runs/${runA}/events`, {
+        'Content-Length': 30_000_000,
+        Authorization: `Bearer ${KEYS.tenantA}`,
+      })}\r\n\r\n{"events":[`,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    try {
+      const refused = await rawRequest(
+        t,
+        post(`/v1/runs/${runA}/events`, {
+          'Content-Length': 5000,
+          Authorization: `Bearer ${KEYS.tenantA}`,
+        }),
+      );
+      expect(refused.status).toBe(503);
+      expect(JSON.parse(refused.body)).toMatchObject({
+        error: 'busy',
+        message: expect.stringContaining("this tenant's 1 request bodies"),
+      });
+
+      const text = 'z'.repeat(4000);
+      const other = await t
+        .http()
+        .post(`/v1/runs/${runB}/events`)
+        .set(t.auth(KEYS.tenantB))
+        .send({
+          events: [{ type: 'message.added', data: { messageId: 'm1', role: 'user', text } }],
+        });
+      expect(other.status).toBe(201);
+    } finally {
+      stalled.destroy();
+    }
   });
 });
 

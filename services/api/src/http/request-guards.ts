@@ -9,6 +9,8 @@
  *   chunked on a route that allows it) takes one of LARGE_BODY_CONCURRENCY slots until its
  *   response is sent; with none free it is refused 503 unread. Parsing and validating a
  *   large body is what can hold the event loop, so this bounds how much of it can pile up.
+ *   One tenant holds at most half the slots, so its slow or stalled bodies cannot refuse
+ *   every other tenant's.
  * - **The JSON's shape, before parsing.** The bytes are scanned as they arrive for nesting,
  *   keys and values (JsonShapeScanner); past a limit the body is refused 400 without being
  *   parsed. JSON.parse then runs once, on a text whose cost is known to be bounded.
@@ -176,19 +178,31 @@ function clientErrorAnswer(code: string | undefined): {
 }
 
 /** At most `capacity` holders at once; a release is safe to call twice. */
+/** Slots shared by every tenant, of which one tenant holds at most half (at least one). */
 class Slots {
   private taken = 0;
+  private readonly byTenant = new Map<string, number>();
+  readonly perTenant: number;
 
-  constructor(private readonly capacity: number) {}
+  constructor(private readonly capacity: number) {
+    this.perTenant = Math.max(1, Math.floor(capacity / 2));
+  }
 
-  take(): (() => void) | null {
-    if (this.taken >= this.capacity) return null;
+  /** A release, or why none is free: every slot, or this tenant's share, is taken. */
+  take(tenant: string): (() => void) | 'all' | 'tenant' {
+    const held = this.byTenant.get(tenant) ?? 0;
+    if (this.taken >= this.capacity) return 'all';
+    if (held >= this.perTenant) return 'tenant';
     this.taken += 1;
+    this.byTenant.set(tenant, held + 1);
     let released = false;
     return () => {
       if (released) return;
       released = true;
       this.taken -= 1;
+      const left = (this.byTenant.get(tenant) ?? 1) - 1;
+      if (left === 0) this.byTenant.delete(tenant);
+      else this.byTenant.set(tenant, left);
     };
   }
 }
@@ -222,13 +236,17 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
       return;
     }
     if ((declared ?? limit) > threshold) {
-      const release = largeBodies.take();
-      if (!release) {
+      const release = largeBodies.take(request.principal?.tenantId ?? '');
+      if (typeof release !== 'function') {
+        const held =
+          release === 'all'
+            ? `${config.largeBodies.concurrency} request bodies over ${threshold} bytes are being handled (LARGE_BODY_CONCURRENCY)`
+            : `this tenant's ${largeBodies.perTenant} request bodies over ${threshold} bytes are being handled (half of LARGE_BODY_CONCURRENCY)`;
         done(
           new ApiError(
             503,
             'busy',
-            `${config.largeBodies.concurrency} request bodies over ${threshold} bytes are being handled (LARGE_BODY_CONCURRENCY); this one was not read and nothing was done, retry shortly`,
+            `${held}; this one was not read and nothing was done, retry shortly`,
           ),
         );
         return;
