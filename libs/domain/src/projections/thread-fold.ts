@@ -326,10 +326,6 @@ function asInput(value: unknown): Record<string, unknown> {
 }
 
 /** Whether a part has no input yet: every part's input is asInput's object, or {} when a finish came first. */
-function hasNoInput(part: ToolPart): boolean {
-  return Object.keys(part.input ?? {}).length === 0;
-}
-
 function partAt(rows: ThreadRows, location: PartLocation): ToolPart {
   return rows.part(location) as ToolPart;
 }
@@ -393,8 +389,11 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
     part = { type, toolCallId: data.toolCallId, state: 'input-available', input };
     createPart(fold, part);
   } else {
-    // A start names the call and gives its input; it never moves the state backwards.
-    part = { ...partAt(rows, location), type, input };
+    // A start names the call and gives its input; it never moves the state backwards. While
+    // an approval waits, the part keeps showing the input that approval's receipt is bound to.
+    const current = partAt(rows, location);
+    const waiting = current.state === 'approval-requested';
+    part = { ...current, type, input: waiting ? current.input : input };
     rows.setPart(location, part);
   }
   if (closeIfRunOver(fold, run)) return;
@@ -406,13 +405,13 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
     state.activeTools.push({
       toolCallId: data.toolCallId,
       toolName: data.toolName,
-      label: toolLabel(data.toolName, input),
+      label: toolLabel(data.toolName, part.input),
       runId,
       startedAt: event.recordedAt,
     });
   } else {
     active.toolName = data.toolName;
-    active.label = toolLabel(data.toolName, input);
+    active.label = toolLabel(data.toolName, part.input);
   }
 }
 
@@ -509,12 +508,14 @@ function approvalRequested(fold: Fold, data: EventDataByType['approval.requested
   } else {
     const current = partAt(rows, location);
     if (!isTerminal(current.state)) {
-      // A part not yet terminal was made by a start or a request, both of which name it.
+      // A part not yet terminal was made by a start or a request, both of which name it. It
+      // shows the input of the approval now asked for: the one a person decides, and the one
+      // the resolution's receipt is bound to.
       rows.setPart(location, {
         type: current.type,
         toolCallId: current.toolCallId,
         state: 'approval-requested',
-        input: hasNoInput(current) ? input : current.input,
+        input,
         approval,
       });
     }

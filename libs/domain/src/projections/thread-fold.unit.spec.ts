@@ -365,15 +365,16 @@ describe('tool parts', () => {
 });
 
 describe('approvals', () => {
-  it('given a running tool, when approval is requested, then the part waits for it and the thread is blocked', () => {
+  it('given a running tool, when approval is requested, then the part waits for it, showing what is to be approved, and the thread is blocked', () => {
     const history = [log.runStarted('r1'), log.toolStarted('r1', 'tc1', 'refund', { amount: 5 })];
     const request = log.approvalRequested('r1', 'ap1', 'tc1', 'refund');
     const state = given(...history).when(request);
+    // The receipt of this approval is bound to the request's input: the part shows that one.
     expect(toolPart(state, 'tc1')).toEqual({
       type: 'tool-refund',
       toolCallId: 'tc1',
       state: 'approval-requested',
-      input: { amount: 5 },
+      input: { orderId: 1042, amount: 19.99 },
       approval: { id: 'ap1' },
     });
     expect(state.pendingApprovals).toEqual([
@@ -388,6 +389,30 @@ describe('approvals', () => {
       },
     ]);
     expect(state.status).toBe('blocked');
+  });
+
+  it('given a pending approval, when another is requested for the same call, then the part shows the newer one and its input', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1', 'transfer', { amount: 10 }),
+    ).when(log.approvalRequested('r1', 'ap2', 'tc1', 'transfer', { amount: 10000 }));
+    expect(toolPart(state, 'tc1')).toMatchObject({
+      state: 'approval-requested',
+      input: { amount: 10000 },
+      approval: { id: 'ap2' },
+    });
+  });
+
+  it('given a pending approval, when the tool is started again, then the part still shows what is to be approved', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1', 'transfer', { amount: 10000 }),
+    ).when(log.toolStarted('r1', 'tc1', 'transfer', { amount: 10 }));
+    expect(toolPart(state, 'tc1')).toMatchObject({
+      state: 'approval-requested',
+      input: { amount: 10000 },
+      approval: { id: 'ap1' },
+    });
   });
 
   it('given no part for the call, when approval is requested, then the part is created from the request', () => {
