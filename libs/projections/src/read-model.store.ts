@@ -442,8 +442,10 @@ function prepare(db: Db) {
       `SELECT body FROM thread_parts
        WHERE tenant_id = ? AND thread_id = ? AND run_id = ? AND tool_call_id = ?`,
     ),
+    // Left to itself, SQLite walks the thread's rows newest first to skip the sort, which costs
+    // the whole thread for an early call; the call's index finds its few rows at once.
     latestToolPart: db.prepare<[string, string, string], { body: string }>(
-      `SELECT body FROM thread_parts
+      `SELECT body FROM thread_parts INDEXED BY thread_parts_by_call
        WHERE tenant_id = ? AND thread_id = ? AND tool_call_id = ? ORDER BY seq DESC, part DESC LIMIT 1`,
     ),
     openTools: db.prepare<
