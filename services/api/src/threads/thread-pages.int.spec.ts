@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { validateUIMessages } from 'ai';
-import { startTestApp, type TestApp } from '../testing/test-app';
+import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 
 let t: TestApp;
 beforeAll(async () => {
@@ -128,7 +128,7 @@ describe('GET /v1/threads/:threadId pages', () => {
     expect((await page(threadId, 'limit=500')).page.limit).toBe(500);
   });
 
-  it('refuses a before cursor issued for another thread, spelt otherwise, or past the end', async () => {
+  it('refuses a before cursor issued for another thread or tenant, spelt otherwise, or past either end', async () => {
     // Given two threads of four messages, and a cursor the first one issued
     const threads = [await startThread(), await startThread()];
     let position = 0;
@@ -137,14 +137,31 @@ describe('GET /v1/threads/:threadId pages', () => {
     }
     const [first, second] = threads.map(({ threadId }) => threadId);
     const issued = (await page(first, `limit=2&minPosition=${position}`)).page.before!;
+    // and another tenant's thread of the same name and length
+    const other = await t
+      .http()
+      .post(`/v1/runs/run-${randomUUID()}/events`)
+      .set(t.auth(KEYS.tenantB))
+      .send({
+        events: [
+          { type: 'run.started', data: { threadId: first, agent: 'coder', source: 'typed' } },
+          say('a'),
+          say('b'),
+          say('c'),
+          say('d'),
+        ],
+      });
+    expect(other.status).toBe(201);
     const cursor = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
     const { t: tag } = JSON.parse(Buffer.from(issued, 'base64url').toString('utf8')) as {
       t: string;
     };
 
     // When another thread is asked with it, or with cursors the service never issued
-    const refused = [
+    const refused: [string, string, string?][] = [
       [second, issued],
+      [first, issued, KEYS.tenantB],
+      [first, cursor({ m: 0, t: tag })],
       [first, cursor({ m: 2 })],
       [first, cursor({ t: tag, m: 2 })],
       [first, cursor({ m: 2, t: tag, x: 1 })],
@@ -155,11 +172,11 @@ describe('GET /v1/threads/:threadId pages', () => {
     ];
 
     // Then each is 400 invalid_cursor naming before, and the issued one still reads on
-    for (const [threadId, before] of refused) {
+    for (const [threadId, before, key = KEYS.tenantA] of refused) {
       const res = await t
         .http()
-        .get(`/v1/threads/${threadId}?limit=2&before=${before}`)
-        .set(t.auth());
+        .get(`/v1/threads/${threadId}?limit=2&before=${before}&minPosition=${other.body.position}`)
+        .set(t.auth(key));
       expect({ before, status: res.status, error: res.body.error }).toEqual({
         before,
         status: 400,

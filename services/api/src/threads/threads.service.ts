@@ -9,6 +9,7 @@ import {
   PATH_ID_PATTERN,
   isPlainObject,
   nextTurn,
+  threadKey,
   threadView,
   toolPartResult,
   voiceSeedOf,
@@ -50,7 +51,9 @@ export class ThreadsService {
     query: { limit: number; before?: string; minPosition?: number },
   ): Promise<Buffer> {
     const before =
-      query.before === undefined ? undefined : decodeMessageCursor(threadId, query.before);
+      query.before === undefined
+        ? undefined
+        : decodeMessageCursor(tenantId, threadId, query.before);
     const head = await this.load(tenantId, threadId, query.minPosition);
     // Messages are never removed: a cursor this thread issued is always before its end.
     if (before !== undefined && before >= head.messageCount) throw invalidMessageCursor();
@@ -67,7 +70,7 @@ export class ThreadsService {
         limit: query.limit,
         before:
           page.hasMore && page.oldestSeq !== null
-            ? encodeMessageCursor(threadId, page.oldestSeq)
+            ? encodeMessageCursor(tenantId, threadId, page.oldestSeq)
             : null,
         hasMore: page.hasMore,
       }),
@@ -180,28 +183,31 @@ function decodeCursor(cursor: string): { lastActivityAt: string; threadId: strin
 }
 
 /**
- * A page's `before` cursor: the place of its oldest message, and a tag of the thread it was
- * issued for. Messages are only ever added after the newest, so a cursor stays valid however
- * many arrive after it was issued. Only the exact text this service issues is taken: another
- * spelling of the number, another key, or another thread's cursor is refused, not guessed at.
+ * A page's `before` cursor: the place of its oldest message, and a tag of the thread (and its
+ * tenant) it was issued for. Messages are only ever added after the newest, so a cursor stays
+ * valid however many arrive after it was issued. Only the exact text this service issues is
+ * taken: another spelling of the number, another key, another thread's or another tenant's
+ * cursor, or one before the first message (the first page's oldest is never a cursor) is
+ * refused, not guessed at.
  */
-function encodeMessageCursor(threadId: string, seq: number): string {
-  return Buffer.from(JSON.stringify({ m: seq, t: threadTag(threadId) })).toString('base64url');
+function encodeMessageCursor(tenantId: string, threadId: string, seq: number): string {
+  const tag = threadTag(tenantId, threadId);
+  return Buffer.from(JSON.stringify({ m: seq, t: tag })).toString('base64url');
 }
 
-function threadTag(threadId: string): string {
-  return createHash('sha256').update(threadId).digest('base64url').slice(0, 8);
+function threadTag(tenantId: string, threadId: string): string {
+  return createHash('sha256').update(threadKey(tenantId, threadId)).digest('base64url').slice(0, 8);
 }
 
-function decodeMessageCursor(threadId: string, cursor: string): number {
+function decodeMessageCursor(tenantId: string, threadId: string, cursor: string): number {
   try {
     const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
     const seq = isPlainObject(value) ? value.m : undefined;
     if (
       typeof seq === 'number' &&
       Number.isSafeInteger(seq) &&
-      seq >= 0 &&
-      encodeMessageCursor(threadId, seq) === cursor
+      seq > 0 &&
+      encodeMessageCursor(tenantId, threadId, seq) === cursor
     ) {
       return seq;
     }
