@@ -4,7 +4,8 @@
  * `runledger_event_loop_delay_seconds` metric, the maximum since the previous scrape) stays
  * under 200 ms. Measured inside the service's process, so the test runner's own work (the
  * NDJSON it reads, its garbage collection) is not charged to the service. Readiness follows
- * the rebuild: not ready while the read models are behind the log, ready once caught up.
+ * the rebuild: not ready while the read models are behind the log, ready once caught up; and a
+ * thread the rebuild has not reached yet is 503, never "not found".
  */
 import { join } from 'node:path';
 import { runStream, sealBatch } from '@runledger/domain';
@@ -21,6 +22,9 @@ const EVENTS = 300_000;
 const BATCH = 2000;
 const RUN_ID = 'long-run';
 const THREAD_ID = 'long-thread';
+/** A second run, in a thread of its own, written after the long one: the rebuild's last. */
+const LATE_RUN_ID = 'late-run';
+const LATE_THREAD_ID = 'late-thread';
 const KEY = 'key-long-run-0123456789';
 const MAX_DELAY_SECONDS = 0.2;
 const READY_MAX_LAG_MS = 100;
@@ -59,6 +63,18 @@ async function writeRun(dataDir: string): Promise<void> {
       const last = sealed[sealed.length - 1];
       prev = { revision: result.lastRevision, hash: last.metadata.hash as string };
     }
+    const late = { tenantId: 'tenant-a', runId: LATE_RUN_ID, threadId: LATE_THREAD_ID };
+    await log.append(
+      runStream(late.tenantId, LATE_RUN_ID),
+      sealBatch(null, late, [
+        {
+          id: '00000000-0000-7000-9000-000000000000',
+          type: 'run.started',
+          data: { threadId: LATE_THREAD_ID, agent: 'coder', source: 'api' },
+          metadata: {},
+        },
+      ]),
+    );
   } finally {
     await log.close();
   }
@@ -88,6 +104,12 @@ it('audits and replays a run of 300,000 events while the read models rebuild, th
   expect(await rebuilding.json()).toMatchObject({
     status: 'not_ready',
     checks: { store: 'ok', projector: expect.stringMatching(/^projector behind the log/) },
+  });
+  const notYet = await request(service.baseUrl, `/v1/threads/${LATE_THREAD_ID}`, { key: KEY });
+  expect(notYet.status).toBe(503);
+  expect(await notYet.json()).toMatchObject({
+    error: 'projection_behind',
+    rebuildTarget: expect.any(Number),
   });
   // Start-up (Nest's module graph, the OpenAPI document) is not a request being held.
   await loopDelaySinceLastScrape(service);
@@ -119,4 +141,8 @@ it('audits and replays a run of 300,000 events while the read models rebuild, th
     ready = await request(service.baseUrl, '/health/ready');
   }
   expect(await ready.json()).toMatchObject({ status: 'ready', checks: { projector: 'ok' } });
+  const late = await request(service.baseUrl, `/v1/threads/${LATE_THREAD_ID}`, { key: KEY });
+  expect(late.status).toBe(200);
+  const unknown = await request(service.baseUrl, '/v1/threads/no-such-thread', { key: KEY });
+  expect(unknown.status).toBe(404);
 }, 600_000);

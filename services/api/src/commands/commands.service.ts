@@ -121,8 +121,7 @@ export class CommandsService {
   async answer(caller: ClientCaller, threadId: string, raw: unknown, minPosition?: number) {
     validateBody(DecisionBody, raw);
     await this.projections.waitFor(minPosition);
-    const thread = this.projections.readModels.head(caller.tenantId, threadId);
-    if (!thread) throw new ApiError(404, 'thread_not_found', `thread ${threadId} not found`);
+    const thread = this.projections.threadHead(caller.tenantId, threadId);
     const answered = decideAnswer(threadId, thread.header.pendingApprovals);
     if ('refusal' in answered) throw new RefusedError(answered.refusal);
     return this.resolve(caller, answered.target.runId, answered.target.approvalId, raw);

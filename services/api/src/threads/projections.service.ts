@@ -30,10 +30,11 @@ import {
   projectorHeapMib,
   type ProjectionRunner,
   type ProjectorObserver,
+  type ThreadHead,
   type ThreadReadModels,
 } from '@runledger/projections';
 import { APP_CONFIG, type AppConfig } from '../config/config';
-import { awaitReadModel } from '../http/api-error';
+import { ApiError, awaitReadModel } from '../http/api-error';
 
 export const READ_MODELS_FILE = 'read-models.db';
 const PROGRESS_LOG_MS = 2000;
@@ -46,7 +47,7 @@ export class RebuildProgress implements ProjectorObserver {
   private done = false;
 
   constructor(
-    private readonly target: number,
+    readonly target: number,
     private readonly logger: Logger,
     private readonly metrics: Metrics,
   ) {
@@ -168,6 +169,27 @@ export class ProjectionsService
 
   position(): number {
     return this.projector.current();
+  }
+
+  /**
+   * The thread's header row, or why there is none: 404, unless the read models are being
+   * rebuilt from an empty store, where a thread of the log may not be folded yet (503, with
+   * how far the rebuild has come) — a thread that exists is never answered "not found".
+   */
+  threadHead(tenantId: string, threadId: string): ThreadHead {
+    const head = this.readModels.head(tenantId, threadId);
+    if (head) return head;
+    if (this.rebuild) {
+      const position = this.projector.current();
+      throw new ApiError(
+        503,
+        'projection_behind',
+        `the read models are being rebuilt from the log (position ${position} of ${this.rebuild.target}): thread ${threadId} may not be folded yet; retry`,
+        undefined,
+        { position, rebuildTarget: this.rebuild.target },
+      );
+    }
+    throw new ApiError(404, 'thread_not_found', `thread ${threadId} not found`);
   }
 
   /** Read-your-writes: waits up to READ_WAIT_MS for the projection to pass `minPosition`. */

@@ -160,9 +160,7 @@ export class ThreadsService {
       throw new ApiError(400, 'invalid_thread_id', `threadId must match ${PATH_ID_PATTERN.source}`);
     }
     await this.projections.waitFor(minPosition);
-    const head = this.projections.readModels.head(tenantId, threadId);
-    if (!head) throw new ApiError(404, 'thread_not_found', `thread ${threadId} not found`);
-    return head;
+    return this.projections.threadHead(tenantId, threadId);
   }
 }
 
