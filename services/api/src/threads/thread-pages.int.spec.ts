@@ -322,6 +322,33 @@ describe('GET /v1/threads/:threadId pages', () => {
   });
 });
 
+describe('the thread list', () => {
+  it('answers a position never behind one of the threads it lists, while they change', async () => {
+    const threads = await Promise.all(Array.from({ length: 4 }, () => startThread('Busy')));
+    let appending = true;
+    const appends = (async () => {
+      for (let i = 0; appending; i += 1) {
+        await append(threads[i % threads.length].runId, [say(`m${i}`)]);
+      }
+    })();
+    try {
+      for (let i = 0; i < 150; i += 1) {
+        const res = await t.http().get('/v1/threads?limit=10').set(t.auth());
+        expect(res.status).toBe(200);
+        const body = res.body as { position: number; threads: { position: number }[] };
+        const newest = Math.max(...body.threads.map((thread) => thread.position));
+        expect({ position: body.position, behind: body.position < newest }).toEqual({
+          position: body.position,
+          behind: false,
+        });
+      }
+    } finally {
+      appending = false;
+      await appends;
+    }
+  }, 60_000);
+});
+
 describe('a thread of 5,000 tool calls', () => {
   const OUTPUT = 'o'.repeat(8 * 1024);
   const ROUNDS = 24;

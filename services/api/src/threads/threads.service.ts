@@ -110,7 +110,10 @@ export class ThreadsService {
     return {
       threads,
       nextCursor: threads.length === query.limit && last ? encodeCursor(last) : null,
-      position: this.projections.position(),
+      // Read after the list, from the read models themselves: each listed thread was committed
+      // with a checkpoint at or past its position, so this is never behind one of them (the
+      // projector's reported position can trail its own commit by a message).
+      position: this.projections.readModels.checkpoint(),
     };
   }
 
