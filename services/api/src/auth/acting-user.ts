@@ -21,10 +21,9 @@ export function actorOf(
   principal: Principal,
   headers: Record<string, string[] | undefined>,
 ): Actor {
-  const plain = single(headers[USER_HEADER], 'X-Runledger-User');
-  const extended = single(headers[USER_HEADER_EXTENDED], 'X-Runledger-User*');
-  // Sent at all, even blank, the header names a user: refused for a key that may not, and
-  // a blank name is refused as any other bad one.
+  // A blank header names no one, like an absent one: the key acts as itself.
+  const plain = single(headers[USER_HEADER], 'X-Runledger-User')?.trim() || undefined;
+  const extended = single(headers[USER_HEADER_EXTENDED], 'X-Runledger-User*')?.trim() || undefined;
   if (plain !== undefined || extended !== undefined) {
     if (!principal.scopes.has('act-as')) {
       throw new ApiError(
@@ -36,7 +35,7 @@ export function actorOf(
     if (plain !== undefined && extended !== undefined) {
       throw invalid('X-Runledger-User', 'send X-Runledger-User or X-Runledger-User*, not both');
     }
-    const name = plain !== undefined ? decodeUser(plain) : decodeExtended(extended!.trim());
+    const name = plain !== undefined ? decodeUser(plain) : decodeExtended(extended!);
     if (name === null) {
       const field = plain !== undefined ? 'X-Runledger-User' : 'X-Runledger-User*';
       const rule =

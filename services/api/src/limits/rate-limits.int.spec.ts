@@ -217,23 +217,18 @@ describe('rate limits', () => {
     expect((await listThreads('x'.repeat(128))).status).toBe(200);
   });
 
-  it('refuses X-Runledger-User sent twice or blank, rather than joining or ignoring it', async () => {
-    const call = (value: string | string[], key = KEYS.gatewayA) =>
-      t
-        .http()
-        .get('/v1/threads')
-        .set(t.auth(key))
-        .set({ [USER]: value });
+  it('refuses X-Runledger-User sent twice, rather than joining two names into one', async () => {
     // node would join two lines into one name, "Ana, Bob": a user no one named.
-    for (const value of [['Ana', 'Bob'], '', '   ']) {
-      const res = await call(value);
-      expect(res.status).toBe(400);
-      expect(res.body).toMatchObject({
-        error: 'validation_failed',
-        details: [{ field: 'X-Runledger-User' }],
-      });
-    }
-    expect((await call('', KEYS.runtimeA)).status).toBe(403);
+    const res = await t
+      .http()
+      .get('/v1/threads')
+      .set(t.auth(KEYS.gatewayA))
+      .set({ [USER]: ['Ana', 'Bob'] });
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({
+      error: 'validation_failed',
+      details: [{ field: 'X-Runledger-User' }],
+    });
   });
 
   it('spends nothing on a call refused 401 or 403', async () => {
