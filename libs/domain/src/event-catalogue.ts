@@ -21,6 +21,7 @@ import {
   TurnSteeredData,
 } from './event-data.dto';
 import { EVENT_TYPES, isEventType, type EventType } from './event-types';
+import { runInSlices, runToEnd, type SliceClock } from './time-slices';
 
 export interface EventDataByType {
   'run.started': RunStartedData;
@@ -198,30 +199,49 @@ export const MAX_JSON_DEPTH = 64;
  * step after it: validation, canonical JSON, hashing). Reports the first problem found.
  */
 export function jsonValueProblems(value: unknown, field: string, index?: number): Problem[] {
-  const stack: { value: unknown; path: string; depth: number }[] = [
-    { value, path: field, depth: 0 },
-  ];
+  if (typeof value === 'number' && !Number.isFinite(value)) {
+    return [{ index, field, rule: 'isFinite', message: `${field} must be a finite number` }];
+  }
+  if (value === null || typeof value !== 'object') return [];
+  // Paths are spelt only for a problem: a value of a million numbers is walked without
+  // building a million strings, and only containers take a place on the stack.
+  const stack: Place[] = [{ value, parent: null, key: field, depth: 0 }];
   while (stack.length > 0) {
-    const { value: current, path, depth } = stack.pop()!;
-    if (typeof current === 'number' && !Number.isFinite(current)) {
-      return [{ index, field: path, rule: 'isFinite', message: `${path} must be a finite number` }];
-    }
-    if (current === null || typeof current !== 'object') continue;
-    if (depth >= MAX_JSON_DEPTH) {
+    const place = stack.pop()!;
+    if (place.depth >= MAX_JSON_DEPTH) {
+      const path = pathOf(place);
       const message = `${path} is nested deeper than ${MAX_JSON_DEPTH} levels`;
       return [{ index, field: path, rule: 'maxDepth', message }];
     }
-    if (Array.isArray(current)) {
-      current.forEach((item, i) =>
-        stack.push({ value: item, path: `${path}.${i}`, depth: depth + 1 }),
-      );
-    } else {
-      for (const [key, item] of Object.entries(current)) {
-        stack.push({ value: item, path: `${path}.${key}`, depth: depth + 1 });
+    const entries: Iterable<[string | number, unknown]> = Array.isArray(place.value)
+      ? place.value.entries()
+      : Object.entries(place.value as Record<string, unknown>);
+    for (const [key, item] of entries) {
+      if (typeof item === 'number' && !Number.isFinite(item)) {
+        const path = `${pathOf(place)}.${key}`;
+        return [
+          { index, field: path, rule: 'isFinite', message: `${path} must be a finite number` },
+        ];
+      }
+      if (item !== null && typeof item === 'object') {
+        stack.push({ value: item, parent: place, key, depth: place.depth + 1 });
       }
     }
   }
   return [];
+}
+
+interface Place {
+  value: unknown;
+  parent: Place | null;
+  key: string | number;
+  depth: number;
+}
+
+function pathOf(place: Place): string {
+  const keys: (string | number)[] = [];
+  for (let at: Place | null = place; at !== null; at = at.parent) keys.push(at.key);
+  return keys.reverse().join('.');
 }
 
 /**
@@ -246,6 +266,10 @@ export function shallowInstance<T extends object>(
   return instance;
 }
 
+/**
+ * The event's data as a schema instance, for everything but a model call's messages, which
+ * `messageProblems` validates one at a time: a call may hold tens of thousands of them.
+ */
 function schemaInstance(type: EventType, data: Record<string, unknown>): object {
   const instance = shallowInstance(EVENT_SCHEMAS[type] as ClassConstructor<object>, data) as Record<
     string,
@@ -253,12 +277,29 @@ function schemaInstance(type: EventType, data: Record<string, unknown>): object 
   >;
   if (isPlainObject(data.truncation))
     instance.truncation = shallowInstance(TruncationStamp, data.truncation);
-  if (type === 'model.call' && Array.isArray(data.messages)) {
-    instance.messages = data.messages.map((m: unknown) =>
-      isPlainObject(m) ? shallowInstance(ModelMessage, m) : m,
-    );
-  }
+  if (type === 'model.call' && Array.isArray(data.messages)) instance.messages = [];
   return instance;
+}
+
+const STRICT = { whitelist: true, forbidNonWhitelisted: true, forbidUnknownValues: true };
+
+/** A model call's messages, each against its schema; yields after each, for a slicing driver. */
+function* messageProblems(
+  messages: unknown[],
+  index: number | undefined,
+): Generator<void, Problem[]> {
+  const problems: Problem[] = [];
+  for (const [i, message] of messages.entries()) {
+    const field = `data.messages.${i}`;
+    if (!isPlainObject(message)) {
+      problems.push({ index, field, rule: 'isObject', message: `${field} must be an object` });
+    } else {
+      const errors = validateSync(shallowInstance(ModelMessage, message), STRICT);
+      for (const problem of flatten(errors, field, index)) problems.push(problem);
+    }
+    yield;
+  }
+  return problems;
 }
 
 function flatten(errors: ValidationError[], prefix: string, index: number | undefined): Problem[] {
@@ -283,6 +324,25 @@ function flatten(errors: ValidationError[], prefix: string, index: number | unde
 export type ValidEvent = { [K in EventType]: Omit<EventOf<K>, 'id'> & { id?: string } }[EventType];
 
 export function validateEvent(input: unknown, index?: number): Validated<ValidEvent> {
+  return runToEnd(validation(input, index));
+}
+
+/**
+ * `validateEvent`, giving the event loop a turn whenever `clock`'s slice has run: between the
+ * messages of a model call, so no single event holds the loop for its whole length.
+ */
+export function validateEventInSlices(
+  input: unknown,
+  index: number | undefined,
+  clock: SliceClock,
+): Promise<Validated<ValidEvent>> {
+  return runInSlices(validation(input, index), clock);
+}
+
+function* validation(
+  input: unknown,
+  index: number | undefined,
+): Generator<void, Validated<ValidEvent>> {
   const at = (field: string, rule: string, message: string): Problem => ({
     index,
     field,
@@ -323,12 +383,12 @@ export function validateEvent(input: unknown, index?: number): Validated<ValidEv
   for (const problem of excessKeyProblemsOf(type, normalized, index)) keyProblems.push(problem);
   if (keyProblems.length > 0) return { ok: false, problems: [...problems, ...keyProblems] };
   const instance = schemaInstance(type, normalized);
-  const errors = validateSync(instance, {
-    whitelist: true,
-    forbidNonWhitelisted: true,
-    forbidUnknownValues: true,
-  });
+  const errors = validateSync(instance, STRICT);
   for (const problem of flatten(errors, 'data', index)) problems.push(problem);
+  if (type === 'model.call' && Array.isArray(normalized.messages)) {
+    for (const problem of yield* messageProblems(normalized.messages, index))
+      problems.push(problem);
+  }
   if (problems.length > 0) return { ok: false, problems };
   return {
     ok: true,

@@ -8,12 +8,14 @@ import {
   MAX_JSON_DEPTH,
   normalizeToolInput,
   validateEvent,
+  validateEventInSlices,
   type Problem,
   type Validated,
   type ValidEvent,
 } from './event-catalogue';
 import { EVENT_TYPES, isEventType } from './event-types';
 import { exampleEvent } from './testing/event-fixtures';
+import { SliceClock } from './time-slices';
 
 const UUID = '0b7c6c1e-3f0a-4d8e-9a51-2f4c9f0e7d21';
 
@@ -284,6 +286,18 @@ describe('JSON values the log must not record', () => {
     expect(jsonValueProblems({ a: [0, -1.5, 'x', true, null], b: {} }, 'data')).toEqual([]);
   });
 
+  it('names the place of the one bad number among a million, and reads a bare value as itself', () => {
+    const numbers = Array.from({ length: 1_000_000 }, (_, i) => i % 10);
+    numbers[999_998] = Infinity;
+    expect(jsonValueProblems({ input: { a: numbers } }, 'data')).toEqual([
+      expect.objectContaining({ field: 'data.input.a.999998', rule: 'isFinite' }),
+    ]);
+    expect(jsonValueProblems(-Infinity, 'body')).toEqual([
+      expect.objectContaining({ field: 'body', rule: 'isFinite' }),
+    ]);
+    expect(jsonValueProblems('a string is not walked', 'body')).toEqual([]);
+  });
+
   it('are refused by validateEvent in data and in metadata, beside the envelope problems', () => {
     const event = {
       ...exampleEvent('tool.started'),
@@ -342,5 +356,55 @@ describe('validateEvent: objects with more keys than any schema declares', () =>
     expect(problems.map((p) => [p.field, p.rule])).toEqual(
       [0, 1, 2].map((i) => [`data.extra${i}`, 'whitelistValidation']),
     );
+  });
+});
+
+describe('validateEventInSlices: a model call of many messages', () => {
+  const call = (messages: unknown[]) => {
+    const example = exampleEvent('model.call');
+    return { ...example, data: { ...example.data, messages } };
+  };
+  const many = Array.from({ length: 3000 }, (_, i) =>
+    i % 1000 === 7
+      ? { role: 'nobody', content: `m${i}` }
+      : i % 1000 === 9
+        ? 'not a message'
+        : { role: 'user', content: `m${i}` },
+  );
+
+  it('answers what validateEvent answers, each message named by its place', async () => {
+    for (const input of [call(many), call(many.filter((m) => typeof m === 'object')), call([])]) {
+      expect(await validateEventInSlices(input, 2, new SliceClock())).toEqual(
+        validateEvent(input, 2),
+      );
+    }
+    expect(problemsOf(validateEvent(call(many), 2))).toEqual(
+      [7, 9, 1007, 1009, 2007, 2009].map((i) =>
+        i % 1000 === 7
+          ? expect.objectContaining({ index: 2, field: `data.messages.${i}.role`, rule: 'isIn' })
+          : {
+              index: 2,
+              field: `data.messages.${i}`,
+              rule: 'isObject',
+              message: `data.messages.${i} must be an object`,
+            },
+      ),
+    );
+  });
+
+  it('gives the event loop turns while it validates them, not one stretch for the event', async () => {
+    let turns = 0;
+    const counting = setInterval(() => (turns += 1), 0);
+    try {
+      const messages = Array.from({ length: 30_000 }, (_, i) => ({
+        role: 'user',
+        content: `${i}`,
+      }));
+      const result = await validateEventInSlices(call(messages), 0, new SliceClock(1));
+      expect(result.ok).toBe(true);
+    } finally {
+      clearInterval(counting);
+    }
+    expect(turns).toBeGreaterThan(5);
   });
 });

@@ -18,13 +18,10 @@ export async function forEachInSlices<T>(
   fn: (item: T, index: number) => void,
   sliceMs = SLICE_MS,
 ): Promise<void> {
-  let sliceStart = Date.now();
+  const clock = new SliceClock(sliceMs);
   for (const [index, item] of items.entries()) {
     fn(item, index);
-    if (Date.now() - sliceStart >= sliceMs) {
-      await nextTurn();
-      sliceStart = Date.now();
-    }
+    if (clock.due()) await clock.turn();
   }
 }
 
@@ -37,4 +34,42 @@ export async function mapInSlices<T, R>(
   const results: R[] = [];
   await forEachInSlices(items, (item, index) => results.push(fn(item, index)), sliceMs);
   return results;
+}
+
+/** A sliced loop's clock, which several loops over one request's input can share. */
+export class SliceClock {
+  private sliceStart = Date.now();
+
+  constructor(private readonly sliceMs = SLICE_MS) {}
+
+  /** Whether a slice has run since the last turn. */
+  due(): boolean {
+    return Date.now() - this.sliceStart >= this.sliceMs;
+  }
+
+  /** Gives the event loop a turn, and starts the next slice. */
+  async turn(): Promise<void> {
+    await nextTurn();
+    this.sliceStart = Date.now();
+  }
+}
+
+/**
+ * Runs a generator's steps to its result, giving the event loop a turn whenever `clock` is
+ * due, after its last step too: a loop over several such runs shares their slices.
+ */
+export async function runInSlices<R>(steps: Generator<void, R>, clock: SliceClock): Promise<R> {
+  for (;;) {
+    const step = steps.next();
+    if (clock.due()) await clock.turn();
+    if (step.done) return step.value;
+  }
+}
+
+/** Runs a generator's steps to its result in one go. */
+export function runToEnd<R>(steps: Generator<void, R>): R {
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+  }
 }

@@ -12,16 +12,22 @@ import {
   SERVER_ONLY_TYPES,
   decideAppend,
   gateEvent,
+  SliceClock,
   mapInSlices,
   nextTurn,
   runHeadOf,
   runStream,
   validateEvent,
+  validateEventInSlices,
   type ChainVerdict,
+  type GateResult,
   type Problem,
   type RunHead,
+  type Validated,
   type ValidEvent,
 } from '@runledger/domain';
+
+type Gated = GateResult<ValidEvent & { id: string }>;
 import {
   EVENT_STORE,
   WrongExpectedRevisionError,
@@ -81,11 +87,13 @@ export class RunLogService {
     const request = parseAppendRequest(body, this.config.maxEventsPerAppend);
     if (!request.ok)
       throw new ApiError(400, 'validation_failed', 'the request is invalid', request.problems);
-    // A batch may hold a thousand events of tens of kilobytes: each step over its events
-    // gives other requests turns between slices.
-    const validated = await mapInSlices(request.value.events, (event, index) =>
-      validateEvent(event, index),
-    );
+    // A batch may hold a thousand events of tens of kilobytes, and one model call tens of
+    // thousands of messages: each step over them gives other requests turns between slices.
+    const clock = new SliceClock();
+    const validated: Validated<ValidEvent>[] = [];
+    for (const [index, event] of request.value.events.entries()) {
+      validated.push(await validateEventInSlices(event, index, clock));
+    }
     const serverOnly = validated.flatMap((v, index) =>
       v.ok && SERVER_ONLY_TYPES.has(v.value.type) ? [{ index, type: v.value.type }] : [],
     );
@@ -114,7 +122,8 @@ export class RunLogService {
     // Time-ordered ids keep inserts into the id index local (random v4 ids scatter them).
     const withIds = events.map((e) => ({ ...e, id: e.id ?? uuidv7() }));
     const clientIds = events.some((e) => e.id !== undefined);
-    const gated = await mapInSlices(withIds, (event) => this.gate(event));
+    const gated: Gated[] = [];
+    for (const event of withIds) gated.push(await this.gate(event, clock));
     const toRecord = gated.map((g) => g.event as ValidEvent & { id: string });
     const result = await this.serializer.run(runStream(tenantId, runId), () =>
       this.appendSerialized(tenantId, runId, toRecord, request.value.expectedRevision, clientIds),
@@ -190,10 +199,11 @@ export class RunLogService {
    * through the same strict validator as the client's: a stamp the schema refused would lose
    * the very record it exists to keep.
    */
-  private gate(event: ValidEvent & { id: string }) {
+  private async gate(event: ValidEvent & { id: string }, clock: SliceClock): Promise<Gated> {
     const gated = gateEvent(event, this.config.eventMaxBytes);
+    if (clock.due()) await clock.turn();
     if (gated.truncated) {
-      const check = validateEvent(gated.event);
+      const check = await validateEventInSlices(gated.event, undefined, clock);
       if (!check.ok) {
         throw new Error(
           `size gate produced an invalid ${event.type} (event ${event.id}): ${JSON.stringify(check.problems)}`,
