@@ -3,6 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   applyToRows,
+  applyToThread,
+  emptyThread,
+  FINISHED_RUNS_KEPT,
   receiptStream,
   runStream,
   sealBatch,
@@ -146,6 +149,40 @@ describe('the threads the writer keeps between commits', () => {
       expect(retried.part(retried.tool('r1', 'call-1')!)).toMatchObject({
         state: 'input-available',
       });
+    } finally {
+      readModels.close();
+    }
+  });
+});
+
+describe('a thread of many runs in the store', () => {
+  it(`keeps the newest ${FINISHED_RUNS_KEPT} finished runs, as the pure fold does, across commits and a reopened store`, () => {
+    const file = join(dir, 'many-runs-read-models.db');
+    const log = new ThreadLog();
+    const events = [log.runStarted('open')];
+    for (let i = 0; i < FINISHED_RUNS_KEPT + 20; i += 1) {
+      events.push(log.runStarted(`r${i}`), log.runFinished(`r${i}`));
+    }
+    const expected = emptyThread(TENANT, THREAD);
+    for (const event of events) applyToThread(expected, event);
+
+    // Folded in batches of 7 events, the store closed and reopened half way.
+    let readModels = new ReadModelStore(file, { writerCacheBytes: 0 });
+    try {
+      for (let from = 0; from < events.length; from += 7) {
+        if (from === 119) {
+          readModels.close();
+          readModels = new ReadModelStore(file, { writerCacheBytes: 0 });
+        }
+        const rows = readModels.openThread(TENANT, THREAD);
+        const batch = events.slice(from, from + 7);
+        for (const event of batch) applyToRows(rows, event);
+        readModels.commit([rows], batch[batch.length - 1].position);
+      }
+      const stored = readModels.head(TENANT, THREAD)!.header;
+      expect(stored.runs).toEqual(expected.runs);
+      expect(stored.runs).toHaveLength(FINISHED_RUNS_KEPT + 1);
+      expect(stored.runs[1].runId).toBe('r20');
     } finally {
       readModels.close();
     }

@@ -54,7 +54,7 @@ import type {
  * Bumped when the tables change shape or the fold writes them differently: an older file is
  * dropped and rebuilt from the log.
  */
-const SCHEMA_VERSION = 7;
+const SCHEMA_VERSION = 8;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (
@@ -611,6 +611,12 @@ export class StoredThreadRows implements ThreadRows {
     this.header.runs.push(run);
     this.runs.set(run.runId, run);
     return run;
+  }
+
+  dropRun(runId: string): void {
+    const at = this.header.runs.findIndex((run) => run.runId === runId);
+    if (at >= 0) this.header.runs.splice(at, 1);
+    this.runs.delete(runId);
   }
 
   messageAt(id: string): number | undefined {

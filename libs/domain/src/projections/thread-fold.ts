@@ -275,6 +275,24 @@ function endRun(fold: Fold, status: EndStatus): void {
   if (state.pendingApprovals.some((approval) => approval.runId === runId)) {
     state.pendingApprovals = state.pendingApprovals.filter((approval) => approval.runId !== runId);
   }
+  forgetOldRuns(rows);
+}
+
+/**
+ * Finished runs a thread's header keeps, the newest: a chat thread may see a run per
+ * question for years, and the header is written with every batch that touches the thread
+ * and read with every page. A finished run takes no more events, so the fold never needs
+ * one it has let go; the log keeps them all.
+ */
+export const FINISHED_RUNS_KEPT = 100;
+
+function forgetOldRuns(rows: ThreadRows): void {
+  let finished = rows.header.runs.length - rows.counts.activeRuns;
+  while (finished > FINISHED_RUNS_KEPT) {
+    const oldest = rows.header.runs.find((run) => run.status !== 'running')!;
+    rows.dropRun(oldest.runId);
+    finished -= 1;
+  }
 }
 
 function statusOf(rows: ThreadRows): ThreadStatus {

@@ -21,6 +21,7 @@ import {
   DOWNGRADED_REASON,
   emptyThread,
   evolveThread,
+  FINISHED_RUNS_KEPT,
   MAX_PARTS_PER_MESSAGE,
   THREAD_EVENT_HANDLING,
   threadKey,
@@ -679,6 +680,19 @@ describe('active tools', () => {
 });
 
 describe('status, title and runs', () => {
+  it(`given more than ${FINISHED_RUNS_KEPT} finished runs, then the header keeps the newest ${FINISHED_RUNS_KEPT} and every run still going`, () => {
+    const history = [log.runStarted('open')];
+    for (let i = 0; i < FINISHED_RUNS_KEPT + 3; i += 1) {
+      history.push(log.runStarted(`r${i}`), log.runFinished(`r${i}`));
+    }
+    const state = given(...history).when(log.turnStarted('open', 't1'));
+    expect(state.runs.map((run) => run.runId)).toEqual([
+      'open',
+      ...Array.from({ length: FINISHED_RUNS_KEPT }, (_, i) => `r${i + 3}`),
+    ]);
+    expect(state.status).toBe('running');
+  });
+
   it('given a started run with nothing in progress, then the thread is idle', () => {
     expect(given().when(log.runStarted('r1')).status).toBe('idle');
   });

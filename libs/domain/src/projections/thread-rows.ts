@@ -48,6 +48,8 @@ export interface ThreadRows {
   readonly counts: { activeRuns: number; activeTurns: number };
   run(runId: string): RunSummary | undefined;
   addRun(run: RunSummary): RunSummary;
+  /** Takes a run out of the header (a finished one, past FINISHED_RUNS_KEPT). */
+  dropRun(runId: string): void;
   /** The place of the message with this id. */
   messageAt(id: string): number | undefined;
   lastMessage(): MessageTail | undefined;
@@ -210,6 +212,14 @@ export function memoryRows(state: ThreadState): ThreadRows {
       index.runById.set(run.runId, state.runs.push(run) - 1);
       index.runCount = state.runs.length;
       return run;
+    },
+    dropRun: (runId) => {
+      const at = index.runById.get(runId);
+      if (at === undefined) return;
+      state.runs.splice(at, 1);
+      index.runById.clear();
+      state.runs.forEach((run, i) => index.runById.set(run.runId, i));
+      index.runCount = state.runs.length;
     },
     messageAt: (id) => index.messageById.get(id),
     lastMessage: () => {

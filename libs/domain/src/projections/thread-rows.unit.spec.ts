@@ -50,6 +50,9 @@ function scanningRows(state: ThreadState): ThreadRows {
       state.runs.push(run);
       return run;
     },
+    dropRun: (runId) => {
+      state.runs = state.runs.filter((run) => run.runId !== runId);
+    },
     messageAt: (id) => {
       const at = state.messages.findIndex((message) => message.id === id);
       return at === -1 ? undefined : at;
