@@ -39,7 +39,7 @@ export class CommandsController {
   @ApiRoute({
     body: SteerRequest,
     ok: { status: 201, description: 'The instruction is in the active turn', type: SteerResponse },
-    errors: [400, 403, 404, 409, 429],
+    errors: [400, 403, 404, 409, 414, 429],
   })
   steer(@Req() request: FastifyRequest, @Param('runId') runId: string, @Body() body: unknown) {
     return this.commands.steer(clientCaller(request), runId, body);
@@ -57,7 +57,7 @@ export class CommandsController {
     body: StopRequest,
     bodyOptional: true,
     ok: { status: 201, description: 'The run finished as cancelled', type: StopResponse },
-    errors: [400, 403, 404, 409, 429],
+    errors: [400, 403, 404, 409, 414, 429],
   })
   stop(@Req() request: FastifyRequest, @Param('runId') runId: string, @Body() body: unknown) {
     return this.commands.stop(clientCaller(request), runId, body);
@@ -77,7 +77,7 @@ export class CommandsController {
   @ApiRoute({
     body: DecisionRequest,
     ok: { status: 201, description: 'Resolved, with the receipt', type: Resolution },
-    errors: [400, 403, 404, 409, 429],
+    errors: [400, 403, 404, 409, 414, 429],
   })
   resolve(
     @Req() request: FastifyRequest,
@@ -100,7 +100,7 @@ export class CommandsController {
   @ApiRoute({
     body: DecisionRequest,
     ok: { status: 201, description: 'The only pending approval, resolved', type: Resolution },
-    errors: [400, 403, 404, 409, 429, 503],
+    errors: [400, 403, 404, 409, 414, 429, 503],
   })
   @ApiMinPosition()
   answer(
@@ -132,7 +132,7 @@ export class CommandsController {
   @ApiRoute({
     body: ConsumeRequest,
     ok: { status: 200, description: 'Consumed, once', type: ConsumeResponse },
-    errors: [400, 403, 404, 409, 429],
+    errors: [400, 403, 404, 409, 414, 429],
   })
   consume(@Req() request: FastifyRequest, @Body() body: unknown) {
     return this.commands.consume(clientCaller(request), body);

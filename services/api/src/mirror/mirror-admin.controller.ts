@@ -65,7 +65,7 @@ export class MirrorAdminController {
   })
   @ApiRoute({
     ok: { status: 200, description: 'Published and acknowledged', type: RedrivenEvent },
-    errors: [403, 404, 409, 503],
+    errors: [403, 404, 409, 414, 503],
   })
   async retry(@CurrentPrincipal() principal: Principal, @Param('eventId') eventId: string) {
     const mirror = this.running();

@@ -26,11 +26,17 @@ const ERROR_MEANING: Record<number, string> = {
   401: 'No key, or an unknown key (`unauthorized`).',
   403: "The key lacks the route's scope (`forbidden`), or the request is refused as such.",
   404: "Unknown, or another tenant's (the same answer, by design).",
+  408: 'The request did not arrive whole within `HTTP_REQUEST_TIMEOUT_MS` (`request_timeout`).',
   409: 'A precondition failed: the current state is in the body. Nothing was written.',
   413: 'Too large (`body_too_large`: the body was not read).',
+  414: 'A path segment over 256 characters (`uri_too_long`).',
+  415: 'A body that is not `application/json`, or not in UTF-8 (`unsupported_media_type`).',
   429: 'Rate limited (`rate_limited`): retry after `Retry-After` seconds.',
-  503: 'Not available yet (e.g. `projection_behind` with its `position`): retry.',
+  503: 'Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds.',
 };
+
+/** What the HTTP edge answers any route that takes a body, before the route sees it. */
+const BODY_ERRORS = [400, 408, 413, 415];
 
 type Success =
   | { status: number; description: string; type: Type<unknown> | [Type<unknown>] }
@@ -42,7 +48,10 @@ export interface RouteDoc {
   /** A body every field of which is optional may also be left out (stop's `{ reason? }`). */
   bodyOptional?: true;
   ok: Success;
-  /** Error statuses besides 401, which every route may answer. */
+  /**
+   * Error statuses besides those every keyed route may answer (401; 403, for a key without
+   * the route's scope) and those of taking a body (400, 408, 413, 415).
+   */
   errors: number[];
   /** A stream a browser may open with `?token=` instead of the key. */
   streamToken?: true;
@@ -74,7 +83,9 @@ function success(ok: Success): MethodDecorator {
 }
 
 export function ApiRoute(doc: RouteDoc): MethodDecorator {
-  const errors = [401, ...doc.errors].sort((a, b) => a - b);
+  const errors = [...new Set([401, 403, ...(doc.body ? BODY_ERRORS : []), ...doc.errors])].sort(
+    (a, b) => a - b,
+  );
   return applyDecorators(
     ApiSecurity(API_KEY_SCHEME),
     ...(doc.streamToken ? [ApiSecurity(STREAM_TOKEN_SCHEME)] : []),

@@ -49,7 +49,7 @@ export class RunsController {
       description: 'Appended (or already recorded: idempotent)',
       type: AppendResponse,
     },
-    errors: [400, 403, 404, 409, 413, 429],
+    errors: [400, 403, 404, 409, 413, 414, 429, 503],
     errorBodies: { 413: ModelCallRefusedBody },
   })
   append(
@@ -65,7 +65,7 @@ export class RunsController {
   @ApiOperation({ summary: "Read a run's events from a revision (`?fromRevision=0&limit=100`)" })
   @ApiRoute({
     ok: { status: 200, description: 'A page of the run, oldest first', type: RunEventsPage },
-    errors: [400, 404],
+    errors: [400, 404, 414],
   })
   @ApiOptionalQuery(
     'fromRevision',
@@ -105,7 +105,7 @@ export class RunsController {
         'Every recorded event, one JSON object a line; then, only when the chain is broken, the verdict',
       ndjson: RecordedEvent,
     },
-    errors: [404],
+    errors: [404, 414],
   })
   async replay(@CurrentPrincipal() principal: Principal, @Param('runId') runId: string) {
     await this.runLog.requireRun(principal.tenantId, runId);
@@ -122,7 +122,7 @@ export class RunsController {
   })
   @ApiRoute({
     ok: { status: 200, description: 'The verdict over the whole run', type: AuditVerdict },
-    errors: [404],
+    errors: [404, 414],
   })
   audit(@CurrentPrincipal() principal: Principal, @Param('runId') runId: string) {
     return this.runLog.audit(principal.tenantId, runId);

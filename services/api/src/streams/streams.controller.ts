@@ -87,7 +87,7 @@ export class StreamsController {
   })
   @ApiRoute({
     ok: { status: 200, description: 'The stream', sse: true },
-    errors: [400, 404, 429],
+    errors: [400, 404, 414, 429],
     streamToken: true,
   })
   @ApiStreamStart()
@@ -119,7 +119,7 @@ export class StreamsController {
   })
   @ApiRoute({
     ok: { status: 200, description: 'The stream', sse: true },
-    errors: [400, 404, 429, 503],
+    errors: [400, 404, 414, 429, 503],
     streamToken: true,
   })
   @ApiStreamStart()

@@ -100,7 +100,7 @@ export class ThreadsController {
   })
   @ApiRoute({
     ok: { status: 200, description: 'The thread view', type: ThreadView },
-    errors: [400, 404, 429, 503],
+    errors: [400, 404, 414, 429, 503],
   })
   @ApiMinPosition()
   @ApiOptionalQuery('limit', { type: 'integer', minimum: 1 }, 'Messages in the page')
@@ -133,7 +133,7 @@ export class ThreadsController {
   })
   @ApiRoute({
     ok: { status: 200, description: 'Every message, one JSON object a line', ndjson: UIMessage },
-    errors: [400, 404, 429, 503],
+    errors: [400, 404, 414, 429, 503],
   })
   @ApiMinPosition()
   async export(
@@ -158,7 +158,7 @@ export class ThreadsController {
   })
   @ApiRoute({
     ok: { status: 200, description: 'The seed for a new voice call', type: VoiceSeed },
-    errors: [400, 404, 429, 503],
+    errors: [400, 404, 414, 429, 503],
   })
   @ApiMinPosition()
   voiceSeed(
@@ -179,7 +179,7 @@ export class ThreadsController {
   })
   @ApiRoute({
     ok: { status: 200, description: 'The tool result as text', type: ToolResultText },
-    errors: [400, 404, 429, 503],
+    errors: [400, 404, 414, 429, 503],
   })
   @ApiMinPosition()
   @ApiOptionalQuery(
