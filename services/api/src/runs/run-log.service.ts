@@ -10,9 +10,9 @@ import {
   PATH_ID_PATTERN,
   RefusedError,
   SERVER_ONLY_TYPES,
+  SliceClock,
   decideAppend,
   gateEvent,
-  SliceClock,
   mapInSlices,
   nextTurn,
   runHeadOf,
@@ -26,8 +26,6 @@ import {
   type Validated,
   type ValidEvent,
 } from '@runledger/domain';
-
-type Gated = GateResult<ValidEvent & { id: string }>;
 import {
   EVENT_STORE,
   WrongExpectedRevisionError,
@@ -43,6 +41,8 @@ import { ApiError } from '../http/api-error';
 import { parseAppendRequest } from './append-request';
 import { HeadCache } from './head-cache';
 import { KeyedSerializer } from './keyed-serializer';
+
+type Gated = GateResult<ValidEvent & { id: string }>;
 
 export interface AppendResponse {
   runId: string;
