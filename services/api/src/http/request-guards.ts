@@ -177,8 +177,10 @@ function clientErrorAnswer(code: string | undefined): {
   };
 }
 
-/** At most `capacity` holders at once; a release is safe to call twice. */
-/** Slots shared by every tenant, of which one tenant holds at most half (at least one). */
+/**
+ * At most `capacity` holders at once, shared by every tenant, of which one tenant holds at
+ * most half (at least one); a release is safe to call twice.
+ */
 class Slots {
   private taken = 0;
   private readonly byTenant = new Map<string, number>();
