@@ -41,15 +41,13 @@ export interface ProjectorOptions {
 
 /**
  * Batching for a projector whose commits hold no HTTP loop: on its worker thread (the
- * service's default) and in `npm run rebuild`. A batch gathers up to 10,000 events (and never
- * more than 8 MiB of their JSON) or 250 ms, where the defaults suit the api's own loop. A
- * catch-up then commits a tenth as often, and a commit writes each header row and index page
- * its batch touched once: measured 1.5–1.6× the events/s of batches of 1,000 (docs/benchmarks.md).
+ * service's default) and in `npm run rebuild`. A batch gathers up to 10,000 events (never more
+ * than 8 MiB of their JSON, nor for longer than 100 ms), where 1,000 suits the api's own loop.
+ * A catch-up then commits less often, and a commit writes each header row and index page its
+ * batch touched once: 1.1–1.6× the events/s of batches of 1,000 over runs on the 2-core host
+ * (docs/benchmarks.md). Gathering for 250 ms as well measured slower, not faster.
  */
-export const OFF_LOOP_BATCHING: Readonly<ProjectorOptions> = Object.freeze({
-  batchSize: 10_000,
-  maxBatchMs: 250,
-});
+export const OFF_LOOP_BATCHING: Readonly<ProjectorOptions> = Object.freeze({ batchSize: 10_000 });
 
 export class Projector<Rows extends ThreadRows = ThreadRows> implements BatchHandler {
   private readonly processor: CheckpointedProcessor;
