@@ -293,9 +293,15 @@ describe('JSON values the log must not record', () => {
       expect.objectContaining({ field: 'data.input.a.999998', rule: 'isFinite' }),
     ]);
     expect(jsonValueProblems(-Infinity, 'body')).toEqual([
-      expect.objectContaining({ field: 'body', rule: 'isFinite' }),
+      {
+        index: undefined,
+        field: 'body',
+        rule: 'isFinite',
+        message: 'body must be a finite number',
+      },
     ]);
     expect(jsonValueProblems('a string is not walked', 'body')).toEqual([]);
+    expect(jsonValueProblems(null, 'body')).toEqual([]);
   });
 
   it('are refused by validateEvent in data and in metadata, beside the envelope problems', () => {
@@ -390,6 +396,14 @@ describe('validateEventInSlices: a model call of many messages', () => {
             },
       ),
     );
+  });
+
+  it('checks messages only in a model call: elsewhere the key itself is refused, once', () => {
+    const example = exampleEvent('message.added');
+    const messages = [{ role: 'nobody' }, 'not a message'];
+    expect(problemsOf(validateEvent({ ...example, data: { ...example.data, messages } }))).toEqual([
+      expect.objectContaining({ field: 'data.messages', rule: 'whitelistValidation' }),
+    ]);
   });
 
   it('gives the event loop turns while it validates them, not one stretch for the event', async () => {

@@ -1,4 +1,4 @@
-import { mapInSlices, nextTurn } from './time-slices';
+import { mapInSlices, nextTurn, runInSlices, runToEnd, SliceClock } from './time-slices';
 
 function busyFor(ms: number): void {
   const until = Date.now() + ms;
@@ -60,5 +60,27 @@ describe('nextTurn', () => {
     await nextTurn();
     order.push('after the turn');
     expect(order).toEqual(['queued before', 'after the turn']);
+  });
+});
+
+describe('runInSlices', () => {
+  function* steps(count: number): Generator<void, number> {
+    for (let i = 0; i < count; i += 1) yield;
+    return count;
+  }
+
+  it('runs every step to the result without a turn while its slice lasts', async () => {
+    let turned = false;
+    setImmediate(() => (turned = true));
+    expect(await runInSlices(steps(10_000), new SliceClock(60_000))).toBe(10_000);
+    expect(turned).toBe(false);
+  });
+
+  it('gives the event loop a turn once a slice has run, and answers the same', async () => {
+    let turned = false;
+    setImmediate(() => (turned = true));
+    expect(await runInSlices(steps(3), new SliceClock(0))).toBe(3);
+    expect(turned).toBe(true);
+    expect(runToEnd(steps(5))).toBe(5);
   });
 });
