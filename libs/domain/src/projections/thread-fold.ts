@@ -343,7 +343,6 @@ function asInput(value: unknown): Record<string, unknown> {
   return { raw: value === undefined ? null : value };
 }
 
-/** Whether a part has no input yet: every part's input is asInput's object, or {} when a finish came first. */
 function partAt(rows: ThreadRows, location: PartLocation): ToolPart {
   return rows.part(location) as ToolPart;
 }
