@@ -21,10 +21,10 @@ export function actorOf(
   principal: Principal,
   headers: Record<string, string[] | undefined>,
 ): Actor {
-  // A blank header names no one, like an absent one: the key acts as itself.
-  const plain = single(headers[USER_HEADER], 'X-Runledger-User')?.trim() || undefined;
-  const extended = single(headers[USER_HEADER_EXTENDED], 'X-Runledger-User*')?.trim() || undefined;
-  if (plain !== undefined || extended !== undefined) {
+  const sent = [...(headers[USER_HEADER] ?? []), ...(headers[USER_HEADER_EXTENDED] ?? [])];
+  // A blank header names no one, like an absent one: the key acts as itself. A key that may
+  // not name users is refused before anything else about the header is looked at.
+  if (sent.some((value) => value.trim() !== '')) {
     if (!principal.scopes.has('act-as')) {
       throw new ApiError(
         403,
@@ -32,6 +32,9 @@ export function actorOf(
         'this API key may not name the acting user: X-Runledger-User needs a gateway key with the act-as scope',
       );
     }
+    const plain = single(headers[USER_HEADER], 'X-Runledger-User')?.trim() || undefined;
+    const extended =
+      single(headers[USER_HEADER_EXTENDED], 'X-Runledger-User*')?.trim() || undefined;
     if (plain !== undefined && extended !== undefined) {
       throw invalid('X-Runledger-User', 'send X-Runledger-User or X-Runledger-User*, not both');
     }

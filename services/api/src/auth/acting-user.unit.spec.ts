@@ -75,6 +75,10 @@ describe('actorOf', () => {
       expect(
         refusal(() => actorOf(principal, sent({ 'x-runledger-user*': "UTF-8''mallory" }))).status,
       ).toBe(403);
+      // Sent twice, it is still a name this key may not give: 403 before any 400.
+      expect(
+        refusal(() => actorOf(principal, sent({ 'x-runledger-user': ['mallory', 'eve'] }))).status,
+      ).toBe(403);
     }
   });
 
