@@ -163,6 +163,10 @@ export class ProjectionsService
   /** Null when healthy, else why the read side cannot be trusted to be caught up. */
   async problem(): Promise<string | null> {
     if (this.failure !== null) return `projector stopped: ${String(this.failure)}`;
+    // However young the log, views half rebuilt are not ready to be read.
+    if (this.rebuild) {
+      return `projector rebuilding the read models from the log: position ${this.projector.current()} of ${this.rebuild.target}`;
+    }
     const behind = await lagProblem(() => this.lag(), this.config.readyMaxLagMs);
     return behind && `projector ${behind}`;
   }
@@ -179,23 +183,33 @@ export class ProjectionsService
   threadHead(tenantId: string, threadId: string): ThreadHead {
     const head = this.readModels.head(tenantId, threadId);
     if (head) return head;
-    if (this.rebuild) {
-      const position = this.projector.current();
-      throw new ApiError(
-        503,
-        'projection_behind',
-        `the read models are being rebuilt from the log (position ${position} of ${this.rebuild.target}): thread ${threadId} may not be folded yet; retry`,
-        undefined,
-        { position, rebuildTarget: this.rebuild.target },
-      );
-    }
+    if (this.rebuild) throw this.rebuilding(`thread ${threadId} may not be folded yet`);
     throw new ApiError(404, 'thread_not_found', `thread ${threadId} not found`);
   }
 
-  /** Read-your-writes: waits up to READ_WAIT_MS for the projection to pass `minPosition`. */
+  /**
+   * Read-your-writes: waits up to READ_WAIT_MS for the projection to pass `minPosition`.
+   * Without one, a read during a start-up rebuild is 503: the views are partly rebuilt (a
+   * thread list short of threads, a thread short of its newest messages), not stale.
+   */
   async waitFor(minPosition: number | undefined): Promise<void> {
-    if (minPosition === undefined) return;
+    if (minPosition === undefined) {
+      if (this.rebuild) throw this.rebuilding('the views are not whole yet');
+      return;
+    }
     await awaitReadModel('the projection', this.projector, minPosition, this.config.readWaitMs);
+  }
+
+  private rebuilding(why: string): ApiError {
+    const position = this.projector.current();
+    const target = this.rebuild!.target;
+    return new ApiError(
+      503,
+      'projection_behind',
+      `the read models are being rebuilt from the log (position ${position} of ${target}): ${why}; retry`,
+      undefined,
+      { position, rebuildTarget: target },
+    );
   }
 
   /** Measures the lag now, and sets its gauges. */
