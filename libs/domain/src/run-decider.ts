@@ -141,6 +141,7 @@ export type RefusalCode =
   | 'steer_conflict'
   | 'approval_not_found'
   | 'already_resolved'
+  | 'approval_superseded'
   | 'no_pending_approval'
   | 'ambiguous'
   | 'receipt_refused'
@@ -337,6 +338,16 @@ export function decideResolve(command: ResolveCommand, state: RunState): Outcome
   }
   const finished = finishedRefusal(state, runId);
   if (finished) return finished;
+  // The call was asked about again: a person decides on the newest request, whose input the
+  // tool part shows; a receipt for this one could never be consumed.
+  const latest = state.latestApprovalByToolCall.get(approval.toolCallId);
+  if (latest !== approvalId) {
+    return refuse(
+      'approval_superseded',
+      `approval ${approvalId} was asked again for tool call ${approval.toolCallId} as ${latest}: resolve that one`,
+      { supersededBy: latest },
+    );
+  }
   const verdict = command.policy(state.threadId, approval.toolName);
   const downgraded = command.decision === 'allow' && !verdict.allowed;
   const decision: Decision = downgraded ? 'deny' : command.decision;

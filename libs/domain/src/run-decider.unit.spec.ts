@@ -391,6 +391,15 @@ describe('deciders', () => {
         });
     });
 
+    it('refuses an approval asked again for the same call, naming the one that replaced it', () => {
+      given(started, asked('ap-1'), asked('ap-2'))
+        .when(resolve('allow'))
+        .thenRefuses('approval_superseded', { supersededBy: 'ap-2' });
+      given(started, asked('ap-1'), asked('ap-2'))
+        .when(resolve('allow', allowAll, 'ap-2'))
+        .then([{ type: 'approval.resolved', data: { approvalId: 'ap-2', decision: 'allow' } }]);
+    });
+
     it('keeps a deny a deny, not downgraded, whatever the policy says', () => {
       const forbid = () => ({ allowed: false as const, rule: 'default.deny', revision: 'rev-2' });
       given(started, asked('ap-1'))

@@ -402,6 +402,10 @@ describe('approvals', () => {
       input: { amount: 10000 },
       approval: { id: 'ap2' },
     });
+    // The first is no longer asked: one call waits, on one approval.
+    expect(state.pendingApprovals.map((p) => [p.approvalId, p.input])).toEqual([
+      ['ap2', { amount: 10000 }],
+    ]);
   });
 
   it('given a pending approval, when the tool is started again, then the part still shows what is to be approved', () => {

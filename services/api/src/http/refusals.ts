@@ -16,6 +16,7 @@ export const REFUSAL_STATUS: Record<RefusalCode, number> = {
   turn_not_active: 409,
   steer_conflict: 409,
   already_resolved: 409,
+  approval_superseded: 409,
   no_pending_approval: 409,
   ambiguous: 409,
   receipt_refused: 403,
