@@ -2073,6 +2073,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     CommandsController_answer: {
@@ -2294,15 +2303,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A path segment over 256 characters (`uri_too_long`). */
-            414: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
             /** @description A body that is not `application/json`, or not in UTF-8 (`unsupported_media_type`). */
             415: {
                 headers: {
@@ -2314,6 +2314,15 @@ export interface operations {
             };
             /** @description Rate limited (`rate_limited`): retry after `Retry-After` seconds. */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2574,15 +2583,6 @@ export interface operations {
             };
             /** @description Too large (`body_too_large`: the body was not read). */
             413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description A path segment over 256 characters (`uri_too_long`). */
-            414: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3164,15 +3164,6 @@ export interface operations {
             };
             /** @description Too large (`body_too_large`: the body was not read). */
             413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description A path segment over 256 characters (`uri_too_long`). */
-            414: {
                 headers: {
                     [name: string]: unknown;
                 };

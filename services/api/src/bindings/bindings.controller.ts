@@ -55,7 +55,7 @@ export class BindingsController {
       description: 'Bound by this call (200 with `created: false` when it was already bound)',
       type: BindingAnswer,
     },
-    errors: [400, 403, 404, 409, 414, 429],
+    errors: [400, 403, 404, 409, 429],
   })
   @ApiResponse({
     status: 200,

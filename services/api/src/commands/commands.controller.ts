@@ -78,7 +78,7 @@ export class CommandsController {
   @ApiRoute({
     body: DecisionRequest,
     ok: { status: 201, description: 'Resolved, with the receipt', type: Resolution },
-    errors: [400, 403, 404, 409, 414, 429],
+    errors: [400, 403, 404, 409, 414, 429, 503],
   })
   resolve(
     @Req() request: FastifyRequest,
@@ -133,7 +133,7 @@ export class CommandsController {
   @ApiRoute({
     body: ConsumeRequest,
     ok: { status: 200, description: 'Consumed, once', type: ConsumeResponse },
-    errors: [400, 403, 404, 409, 414, 429],
+    errors: [400, 403, 404, 409, 429, 503],
   })
   consume(@Req() request: FastifyRequest, @Body() body: unknown) {
     return this.commands.consume(clientCaller(request), body);

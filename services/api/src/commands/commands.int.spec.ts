@@ -185,6 +185,39 @@ describe('resolve', () => {
     }
   });
 
+  it('refuses to decide while the policy file cannot be read or parsed: 503, nothing written', async () => {
+    const { runId } = await newRun([approval('ap-9')]);
+    for (const broken of ['default: [unclosed', null]) {
+      if (broken === null) rmSync(policyFile);
+      else writeFileSync(policyFile, broken);
+      try {
+        const res = await post(`/v1/runs/${runId}/approvals/ap-9/resolve`, { decision: 'deny' });
+        expect(res.status).toBe(503);
+        expect(res.headers['retry-after']).toBe('1');
+        expect(res.body).toMatchObject({
+          error: 'policy_unavailable',
+          message: expect.stringContaining(`POLICY_FILE ${policyFile}`),
+        });
+        expect(await types(runId)).not.toContain('approval.resolved');
+      } finally {
+        writeFileSync(policyFile, 'default:\n  deny: ["format_disk"]\n');
+      }
+    }
+    const mended = await post(`/v1/runs/${runId}/approvals/ap-9/resolve`, { decision: 'deny' });
+    expect(mended.status).toBe(201);
+  });
+
+  it('does not start with a policy file it cannot read or parse, naming the variable', async () => {
+    const broken = join(policyDir, 'broken.yaml');
+    writeFileSync(broken, 'default: [unclosed');
+    for (const file of [broken, join(policyDir, 'missing.yaml')]) {
+      await expect(startTestApp({ POLICY_FILE: file })).rejects.toMatchObject({
+        name: 'ConfigError',
+        message: expect.stringContaining(`POLICY_FILE ${file}`),
+      });
+    }
+  });
+
   it('answers 404 for an unknown approval', async () => {
     const { runId } = await newRun();
     expect(

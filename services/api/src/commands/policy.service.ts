@@ -2,29 +2,23 @@
  * The tool policy as it is now: POLICY_FILE is read at every resolution (it is small) and
  * parsed again only when its bytes changed, so a decision always meets the current policy.
  * Its revision is the SHA-256 of the file's bytes and is recorded with every decision.
+ *
+ * A file that cannot be read or parsed stops the service at start-up, naming the variable,
+ * like any other bad setting (config/config.ts). One that breaks later refuses the decisions
+ * that need it (503 policy_unavailable, nothing written) until it is mended: never a decision
+ * without it.
  */
-import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { Inject, Injectable } from '@nestjs/common';
-import { parse } from 'yaml';
-import {
-  evaluatePolicy,
-  parsePolicy,
-  type PolicyDocument,
-  type PolicyVerdict,
-} from '@runledger/domain';
+import { evaluatePolicy, type PolicyVerdict } from '@runledger/domain';
 import { APP_CONFIG, type AppConfig } from '../config/config';
+import { readPolicyFile, type PolicyFile } from '../config/policy-file';
+import { ApiError } from '../http/api-error';
 
 export const NO_POLICY_REVISION = 'none';
 
-interface Loaded {
-  revision: string;
-  doc: PolicyDocument;
-}
-
 @Injectable()
 export class PolicyService {
-  private loaded: Loaded | null = null;
+  private loaded: PolicyFile | null = null;
 
   constructor(@Inject(APP_CONFIG) private readonly config: AppConfig) {}
 
@@ -37,20 +31,18 @@ export class PolicyService {
     return { ...evaluatePolicy(doc, tenantId, threadId, toolName), revision };
   }
 
-  /** Throws (naming the file) when the policy file is unreadable or invalid: no decision without it. */
-  private current(): Loaded {
+  private current(): PolicyFile {
     const file = this.config.policyFile;
     if (file === undefined) return { revision: NO_POLICY_REVISION, doc: {} };
-    const bytes = readFileSync(file);
-    const revision = createHash('sha256').update(bytes).digest('hex');
-    if (this.loaded?.revision === revision) return this.loaded;
-    let doc: PolicyDocument;
-    try {
-      doc = parsePolicy(parse(bytes.toString('utf8')));
-    } catch (error) {
-      throw new Error(`POLICY_FILE ${file} is invalid: ${String(error)}`, { cause: error });
+    const read = readPolicyFile(file, this.loaded);
+    if (typeof read === 'string') {
+      throw new ApiError(
+        503,
+        'policy_unavailable',
+        `${read}; no decision is taken without the policy, and nothing was written: retry once it is mended`,
+      );
     }
-    this.loaded = { revision, doc };
-    return this.loaded;
+    this.loaded = read;
+    return read;
   }
 }

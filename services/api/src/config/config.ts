@@ -15,6 +15,7 @@ import {
   Min,
   validateSync,
 } from 'class-validator';
+import { readPolicyFile } from './policy-file';
 
 const toInt = ({ value }: { value: unknown }) =>
   typeof value === 'string' && /^-?\d+$/.test(value.trim()) ? Number(value.trim()) : value;
@@ -592,6 +593,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
     problems.push(
       'RECEIPT_SECRET is required when EVENTSTORE_URL is set (every replica needs the same secret)',
     );
+  }
+  if (problems.length === 0 && parsed.POLICY_FILE !== undefined) {
+    const policy = readPolicyFile(parsed.POLICY_FILE);
+    if (typeof policy === 'string') problems.push(policy);
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return {

@@ -26,7 +26,7 @@ export class StreamTokensController {
   @ApiRoute({
     body: StreamTokenRequest,
     ok: { status: 201, description: 'The token', type: StreamTokenResponse },
-    errors: [400, 403, 404, 414, 429],
+    errors: [400, 403, 404, 429],
   })
   mint(@CurrentPrincipal() principal: Principal, @Body() body: unknown) {
     return this.tokens.mint(principal, body);
