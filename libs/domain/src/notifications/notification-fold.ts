@@ -47,7 +47,8 @@ export interface NotificationThread {
   /** The most recent ended runs (MAX_ENDED_RUNS), so a late event of one never revives it. */
   endedRuns: string[];
   endedCount: number;
-  pending: { approvalId: string; runId: string }[];
+  /** Approvals waiting, a tool call's newest only (as the thread view keeps them). */
+  pending: { approvalId: string; runId: string; toolCallId: string }[];
   status: 'blocked' | 'finished' | 'open';
   /** Who the thread is for: `metadata.user` of its run and turn starts (a user's name, or `key:<key id>`). */
   users: string[];
@@ -121,9 +122,14 @@ export function foldNotification(
       break;
     case 'approval.requested': {
       const approvalId = data.approvalId as string;
+      const toolCallId = data.toolCallId as string;
       const running = state.activeRuns.includes(runId);
+      // Asked again, a call waits on its newest request only: the older one is superseded.
+      state.pending = state.pending.filter(
+        (p) => !(p.runId === runId && p.toolCallId === toolCallId),
+      );
       if (running && !state.pending.some((p) => p.approvalId === approvalId)) {
-        state.pending.push({ approvalId, runId });
+        state.pending.push({ approvalId, runId, toolCallId });
       }
       break;
     }

@@ -329,7 +329,20 @@ describe('foldNotification: what the write path never records, and its limits', 
     foldNotification(state, log.runStarted('r1'));
     foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
     foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
-    expect(state.pending).toEqual([{ approvalId: 'ap1', runId: 'r1' }]);
+    expect(state.pending).toEqual([{ approvalId: 'ap1', runId: 'r1', toolCallId: 'tc1' }]);
+  });
+
+  it("keeps a call's newest request pending only, as the thread view does", () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, log.runStarted('r1'));
+    foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
+    foldNotification(state, log.approvalRequested('r1', 'ap2', 'tc1'));
+    expect(state.pending).toEqual([{ approvalId: 'ap2', runId: 'r1', toolCallId: 'tc1' }]);
+    foldNotification(
+      state,
+      log.event('r1', 'approval.resolved', { approvalId: 'ap2', decision: 'deny', receipt: 'r' }),
+    );
+    expect(state.status).not.toBe('blocked');
   });
 
   it('never revives an ended run: a late event of it does not keep the thread from finishing again', () => {
