@@ -395,6 +395,9 @@ describe('deciders', () => {
       given(started, asked('ap-1'), asked('ap-2'))
         .when(resolve('allow'))
         .thenRefuses('approval_superseded', { supersededBy: 'ap-2' });
+      expect(
+        given(started, asked('ap-1'), asked('ap-2')).when(resolve('allow')).refusal?.message,
+      ).toBe('approval ap-1 was asked again for tool call call-1 as ap-2: resolve that one');
       given(started, asked('ap-1'), asked('ap-2'))
         .when(resolve('allow', allowAll, 'ap-2'))
         .then([{ type: 'approval.resolved', data: { approvalId: 'ap-2', decision: 'allow' } }]);

@@ -124,13 +124,12 @@ export function foldNotification(
       const approvalId = data.approvalId as string;
       const toolCallId = data.toolCallId as string;
       const running = state.activeRuns.includes(runId);
-      // Asked again, a call waits on its newest request only: the older one is superseded.
+      // Asked again, a call waits on its newest request only: the older one is superseded;
+      // and an approval id names one request, its newest.
       state.pending = state.pending.filter(
-        (p) => !(p.runId === runId && p.toolCallId === toolCallId),
+        (p) => !(p.runId === runId && p.toolCallId === toolCallId) && p.approvalId !== approvalId,
       );
-      if (running && !state.pending.some((p) => p.approvalId === approvalId)) {
-        state.pending.push({ approvalId, runId, toolCallId });
-      }
+      if (running) state.pending.push({ approvalId, runId, toolCallId });
       break;
     }
     case 'approval.resolved':

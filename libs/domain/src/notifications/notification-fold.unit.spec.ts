@@ -332,6 +332,14 @@ describe('foldNotification: what the write path never records, and its limits', 
     expect(state.pending).toEqual([{ approvalId: 'ap1', runId: 'r1', toolCallId: 'tc1' }]);
   });
 
+  it('keeps an approval id asked again for another call pending once, for that call', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, log.runStarted('r1'));
+    foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
+    foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc2'));
+    expect(state.pending).toEqual([{ approvalId: 'ap1', runId: 'r1', toolCallId: 'tc2' }]);
+  });
+
   it("keeps a call's newest request pending only, as the thread view does", () => {
     const state = emptyNotificationThread(TENANT, THREAD);
     foldNotification(state, log.runStarted('r1'));

@@ -550,10 +550,9 @@ function approvalRequested(fold: Fold, data: EventDataByType['approval.requested
     requestedAt: event.recordedAt,
   };
   // Asked again, a call waits on its newest request only: the older one is superseded.
-  const others = state.pendingApprovals.filter(
+  state.pendingApprovals = state.pendingApprovals.filter(
     (p) => !(p.runId === runId && p.toolCallId === data.toolCallId),
   );
-  if (others.length < state.pendingApprovals.length) state.pendingApprovals = others;
   const at = state.pendingApprovals.findIndex((p) => p.approvalId === data.approvalId);
   if (at === -1) state.pendingApprovals.push(pending);
   else state.pendingApprovals[at] = pending;

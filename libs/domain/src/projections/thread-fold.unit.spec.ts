@@ -408,6 +408,28 @@ describe('approvals', () => {
     ]);
   });
 
+  it('given two runs asking about calls of one id, then both wait: call ids are unique within a run only', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.runStarted('r2'),
+      log.approvalRequested('r1', 'ap1', 'tc1', 'transfer', { amount: 1 }),
+    ).when(log.approvalRequested('r2', 'ap2', 'tc1', 'transfer', { amount: 2 }));
+    expect(state.pendingApprovals.map((p) => [p.runId, p.approvalId])).toEqual([
+      ['r1', 'ap1'],
+      ['r2', 'ap2'],
+    ]);
+  });
+
+  it('given an approval id asked again for another call, then it is pending once, for that call', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1', 'transfer', { amount: 1 }),
+    ).when(log.approvalRequested('r1', 'ap1', 'tc2', 'transfer', { amount: 2 }));
+    expect(state.pendingApprovals.map((p) => [p.approvalId, p.toolCallId])).toEqual([
+      ['ap1', 'tc2'],
+    ]);
+  });
+
   it('given a pending approval, when the tool is started again, then the part still shows what is to be approved', () => {
     const state = given(
       log.runStarted('r1'),
