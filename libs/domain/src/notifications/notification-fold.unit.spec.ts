@@ -324,31 +324,33 @@ describe('foldNotification: what the write path never records, and its limits', 
     expect(items.map((i) => i.kind)).toEqual(['finished']);
   });
 
-  it('keeps one pending entry per approval however often it is asked', () => {
+  it.each([
+    ['the same request twice: once', ['ap1', 'tc1'], ['ap1', 'tc1']],
+    [
+      'an approval id asked again for another call: once, for that call',
+      ['ap1', 'tc2'],
+      ['ap1', 'tc2'],
+    ],
+    [
+      'a call asked about again: its newest request only, as the thread view',
+      ['ap2', 'tc1'],
+      ['ap2', 'tc1'],
+    ],
+  ])('keeps pending, after %s', (_, [approvalId, toolCallId], [pendingId, pendingCall]) => {
     const state = emptyNotificationThread(TENANT, THREAD);
     foldNotification(state, log.runStarted('r1'));
     foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
-    foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
-    expect(state.pending).toEqual([{ approvalId: 'ap1', runId: 'r1', toolCallId: 'tc1' }]);
-  });
-
-  it('keeps an approval id asked again for another call pending once, for that call', () => {
-    const state = emptyNotificationThread(TENANT, THREAD);
-    foldNotification(state, log.runStarted('r1'));
-    foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
-    foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc2'));
-    expect(state.pending).toEqual([{ approvalId: 'ap1', runId: 'r1', toolCallId: 'tc2' }]);
-  });
-
-  it("keeps a call's newest request pending only, as the thread view does", () => {
-    const state = emptyNotificationThread(TENANT, THREAD);
-    foldNotification(state, log.runStarted('r1'));
-    foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
-    foldNotification(state, log.approvalRequested('r1', 'ap2', 'tc1'));
-    expect(state.pending).toEqual([{ approvalId: 'ap2', runId: 'r1', toolCallId: 'tc1' }]);
+    foldNotification(state, log.approvalRequested('r1', approvalId, toolCallId));
+    expect(state.pending).toEqual([
+      { approvalId: pendingId, runId: 'r1', toolCallId: pendingCall },
+    ]);
     foldNotification(
       state,
-      log.event('r1', 'approval.resolved', { approvalId: 'ap2', decision: 'deny', receipt: 'r' }),
+      log.event('r1', 'approval.resolved', {
+        approvalId: pendingId,
+        decision: 'deny',
+        receipt: 'r',
+      }),
     );
     expect(state.status).not.toBe('blocked');
   });
