@@ -226,10 +226,12 @@ describe('CheckpointedProcessor', () => {
       return {
         close: () => inner.close(),
         async *[Symbol.asyncIterator]() {
-          for await (const event of inner) {
-            if (fail && given === 7) throw new Error('connection reset');
-            given += 1;
-            yield event;
+          for await (const page of inner) {
+            for (const event of page) {
+              if (fail && given === 7) throw new Error('connection reset');
+              given += 1;
+              yield [event];
+            }
           }
         },
       };

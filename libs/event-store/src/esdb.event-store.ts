@@ -351,11 +351,12 @@ class EsdbSubscription implements Subscription {
     private readonly onClose: () => void,
   ) {}
 
-  async *[Symbol.asyncIterator](): AsyncGenerator<RecordedEvent, void, undefined> {
+  async *[Symbol.asyncIterator](): AsyncGenerator<readonly RecordedEvent[], void, undefined> {
     try {
+      // The server's stream hands over one event at a time: a page each.
       for await (const resolved of this.source) {
         const event = toRecorded(resolved);
-        if (event && isVisible(event, this.prefix)) yield event;
+        if (event && isVisible(event, this.prefix)) yield [event];
       }
     } catch (error) {
       // close() destroys the stream under a pending read: that ends the iteration, it is not a failure.

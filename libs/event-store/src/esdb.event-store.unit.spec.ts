@@ -449,8 +449,8 @@ describe('EsdbEventStore (stubbed client)', () => {
       source.write(resolved('run-1', 1, 800, { id: 'c', type: 'test.happened', data: {} }));
       const seen: RecordedEvent[] = [];
       const collecting = (async () => {
-        for await (const e of subscription) {
-          seen.push(e);
+        for await (const page of subscription) {
+          seen.push(...page);
           // Closing while the loop waits for a next event must end it, not hang or throw.
           if (seen.length === 2) setImmediate(() => void subscription.close());
         }

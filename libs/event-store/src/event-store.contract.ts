@@ -299,9 +299,10 @@ export function describeEventStoreContract(
           });
           const seen: RecordedEvent[] = [];
           const collecting = (async () => {
-            for await (const e of subscription) {
-              seen.push(e);
-              if (seen.length === before + during) break;
+            for await (const page of subscription) {
+              expect(page.length).toBeGreaterThan(0);
+              seen.push(...page);
+              if (seen.length >= before + during) break;
             }
           })();
           await Promise.all(
@@ -329,9 +330,9 @@ export function describeEventStoreContract(
           });
           const seen: RecordedEvent[] = [];
           const collecting = (async () => {
-            for await (const e of subscription) {
-              seen.push(e);
-              if (seen.length === 2) break;
+            for await (const page of subscription) {
+              seen.push(...page);
+              if (seen.length >= 2) break;
             }
           })();
           await store.append(stream('r'), events(1, 3));

@@ -112,8 +112,12 @@ export interface SubscribeOptions {
   streamPrefix?: string;
 }
 
-/** Catch-up then live; never skips or repeats an event across the switch. `close()` ends it. */
-export interface Subscription extends AsyncIterable<RecordedEvent> {
+/**
+ * Catch-up then live; never skips or repeats an event across the switch. `close()` ends it.
+ * Events come in pages (position order, never empty): what the store read at once, so a
+ * follower handles a page without waiting between its events.
+ */
+export interface Subscription extends AsyncIterable<readonly RecordedEvent[]> {
   close(): Promise<void>;
 }
 

@@ -36,12 +36,18 @@ describe('SQLite subscriptions', () => {
     const subscription = store.subscribeToAll({ fromPosition: 'start' });
     try {
       const seen: { n: number; size: number }[] = [];
-      for await (const event of subscription) {
-        seen.push({ n: (event.data as { n: number }).n, size: event.size ?? 0 });
-        if (seen.length === events.length) break;
+      const pages: number[] = [];
+      for await (const page of subscription) {
+        pages.push(page.length);
+        for (const event of page) {
+          seen.push({ n: (event.data as { n: number }).n, size: event.size ?? 0 });
+        }
+        if (seen.length >= events.length) break;
       }
       expect(seen.map((event) => event.n)).toEqual(events.map((_, n) => n));
       for (const event of seen) expect(event.size).toBeGreaterThan(2 ** 20);
+      // A read stops once it holds 4 MiB of JSON: four of these events, never the twelve.
+      expect(Math.max(...pages)).toBe(4);
     } finally {
       await subscription.close();
       await store.close();

@@ -31,7 +31,6 @@ import {
   type AppendOutcome,
   type AppendRequest,
   type FromWriter,
-  type RecordedRow,
   type SerializedEvent,
   type SqliteSynchronous,
   type ToWriter,
@@ -56,10 +55,27 @@ export interface SqliteEventStoreOptions {
   writer?: SqliteWriter;
 }
 
-interface EventRow extends RecordedRow {
-  metadata: string;
-  recorded_at: string;
-}
+/**
+ * An event as read: the columns of EVENT_COLUMNS, in order. Rows come back as arrays, not
+ * objects: better-sqlite3 builds an object per row with a property per column, which costs a
+ * catch-up read about two fifths of its time.
+ */
+type EventRow = [
+  position: number,
+  stream: string,
+  revision: number,
+  id: string,
+  type: string,
+  data: string,
+  metadata: string,
+  recordedAt: string,
+];
+
+const EVENT_COLUMNS = 'position, stream, revision, id, type, data, metadata, recorded_at';
+const POSITION = 0;
+const STREAM = 1;
+const DATA = 5;
+const METADATA = 6;
 
 interface PendingAppend {
   request: AppendRequest;
@@ -120,30 +136,22 @@ export class SqliteEventStore implements EventStore {
     migrateSqliteLog(this.db);
     this.db.exec(EVENTS_SCHEMA);
     this.committed.setMaxListeners(0);
-    const columns = 'position, stream, revision, id, type, data, metadata, recorded_at';
+    const events = <P extends unknown[]>(where: string) =>
+      this.db.prepare<P, EventRow>(`SELECT ${EVENT_COLUMNS} FROM events ${where}`).raw();
     this.statements = {
-      byId: this.db.prepare(`SELECT ${columns} FROM events WHERE id_scope = ? AND id = ?`),
-      stream: this.db.prepare(
-        `SELECT ${columns} FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?`,
+      byId: events('WHERE id_scope = ? AND id = ?'),
+      stream: events('WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?'),
+      streamBackwards: events('WHERE stream = ? AND revision <= ? ORDER BY revision DESC LIMIT ?'),
+      all: events('WHERE position >= ? ORDER BY position LIMIT ?'),
+      allPrefixed: events(
+        'WHERE position >= ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?',
       ),
-      streamBackwards: this.db.prepare(
-        `SELECT ${columns} FROM events WHERE stream = ? AND revision <= ? ORDER BY revision DESC LIMIT ?`,
+      after: events('WHERE position > ? ORDER BY position LIMIT ?'),
+      afterPrefixed: events(
+        'WHERE position > ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?',
       ),
-      all: this.db.prepare(
-        `SELECT ${columns} FROM events WHERE position >= ? ORDER BY position LIMIT ?`,
-      ),
-      allPrefixed: this.db.prepare(
-        `SELECT ${columns} FROM events WHERE position >= ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?`,
-      ),
-      after: this.db.prepare(
-        `SELECT ${columns} FROM events WHERE position > ? ORDER BY position LIMIT ?`,
-      ),
-      afterPrefixed: this.db.prepare(
-        `SELECT ${columns} FROM events WHERE position > ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?`,
-      ),
-      ofThread: this.db.prepare(
-        `SELECT ${columns} FROM events
-         WHERE json_extract(metadata, '$.tenantId') = ? AND json_extract(metadata, '$.threadId') = ?
+      ofThread: events(
+        `WHERE json_extract(metadata, '$.tenantId') = ? AND json_extract(metadata, '$.threadId') = ?
            AND position >= ? ORDER BY position LIMIT ?`,
       ),
       headPosition: this.db.prepare('SELECT MAX(position) AS position FROM events'),
@@ -285,7 +293,7 @@ export class SqliteEventStore implements EventStore {
     const scope = eventIdScope(stream);
     return ids.flatMap((id) => {
       const row = this.statements.byId.get(scope, id);
-      return row !== undefined && row.stream === stream ? [toRecorded(row)] : [];
+      return row !== undefined && row[STREAM] === stream ? [toRecorded(row)] : [];
     });
   }
 
@@ -297,7 +305,7 @@ export class SqliteEventStore implements EventStore {
       const { tenantId, threadId } = options.thread;
       const rows = this.statements.ofThread.all(tenantId, threadId, from, limit);
       return rows
-        .filter((row) => prefix === undefined || row.stream.startsWith(prefix))
+        .filter((row) => prefix === undefined || row[STREAM].startsWith(prefix))
         .map(toRecorded);
     }
     const rows = prefix
@@ -350,14 +358,13 @@ export class SqliteEventStore implements EventStore {
     };
     const pollIntervalMs = this.pollIntervalMs;
 
-    async function* follow(): AsyncGenerator<RecordedEvent> {
+    async function* follow(): AsyncGenerator<readonly RecordedEvent[]> {
       try {
         while (!stopped) {
           const { rows, full } = readNext();
-          for (const row of rows) {
-            cursor = row.position;
-            yield toRecorded(row);
-            if (stopped) return;
+          if (rows.length > 0) {
+            cursor = rows[rows.length - 1][POSITION];
+            yield rows.map(toRecorded);
           }
           if (full) continue;
           // Woken by our own commits at once; by other processes' commits within a poll interval.
@@ -463,20 +470,21 @@ function commitFailed(group: readonly PendingAppend[], error: unknown): void {
 }
 
 function toRecorded(row: EventRow): RecordedEvent {
+  const [position, stream, revision, id, type, data, metadata, recordedAt] = row;
   return {
-    id: row.id,
-    stream: row.stream,
-    type: row.type,
-    revision: row.revision,
-    position: row.position,
-    data: JSON.parse(row.data) as unknown,
-    metadata: JSON.parse(row.metadata) as Record<string, unknown>,
-    recordedAt: row.recorded_at,
-    size: storedLength(row),
+    id,
+    stream,
+    type,
+    revision,
+    position,
+    data: JSON.parse(data) as unknown,
+    metadata: JSON.parse(metadata) as Record<string, unknown>,
+    recordedAt,
+    size: data.length + metadata.length,
   };
 }
 
 /** The length of an event's stored JSON (data and metadata): its `size`. */
 function storedLength(row: EventRow): number {
-  return row.data.length + row.metadata.length;
+  return row[DATA].length + row[METADATA].length;
 }

@@ -12,7 +12,6 @@ import { runStream } from '@runledger/domain';
 import {
   SqliteEventStore,
   type EventStoreReader,
-  type RecordedEvent,
   type SubscribeOptions,
   type Subscription,
 } from '@runledger/event-store';
@@ -287,20 +286,21 @@ describe('MirrorFollower', () => {
         subscriptions += 1;
         const inner = log.subscribeToAll(options);
         if (subscriptions > 1) return inner;
-        const iterator = inner[Symbol.asyncIterator]();
-        let given = 0;
         let release: () => void = () => {};
         return {
-          [Symbol.asyncIterator]: () => ({
-            next: async (): Promise<IteratorResult<RecordedEvent>> => {
-              if (given >= 3) {
-                await new Promise<void>((resolve) => (release = resolve));
-                return { done: true, value: undefined };
+          async *[Symbol.asyncIterator]() {
+            let given = 0;
+            for await (const page of inner) {
+              for (const event of page) {
+                if (given === 3) {
+                  await new Promise<void>((resolve) => (release = resolve));
+                  return;
+                }
+                given += 1;
+                yield [event];
               }
-              given += 1;
-              return iterator.next();
-            },
-          }),
+            }
+          },
           close: async () => {
             release();
             await inner.close();

@@ -79,12 +79,12 @@ class MemoryLog {
     const events = this.events;
     const waker = () => wake();
     wakers.add(waker);
-    async function* follow(): AsyncGenerator<RecordedEvent> {
+    async function* follow(): AsyncGenerator<readonly RecordedEvent[]> {
       while (!closed) {
         const next = events.find((e) => e.position > cursor);
         if (next) {
           cursor = next.position;
-          yield next;
+          yield [next];
           continue;
         }
         await new Promise<void>((resolve) => (wake = resolve));
