@@ -1,4 +1,5 @@
 import canonicalize from 'canonicalize';
+import { createHash } from 'node:crypto';
 
 /**
  * Canonical JSON (RFC 8785 / JCS: sorted keys, no whitespace). Every size measurement and
@@ -12,4 +13,50 @@ export function canonicalJson(value: unknown): string {
 
 export function canonicalByteLength(value: unknown): number {
   return Buffer.byteLength(canonicalJson(value), 'utf8');
+}
+
+/** Canonical text gathered before it is hashed: one update per piece would cost more. */
+const DIGEST_CHUNK_CHARS = 64 * 1024;
+
+/**
+ * SHA-256 (hex) of `canonicalJson(value)` for a JSON value as parsed, computed a piece at a
+ * time: a step per array item and object member, so `runInSlices` can give the event loop
+ * turns on a large value, and the value's whole text is never held at once.
+ */
+export function* canonicalDigestSteps(value: unknown): Generator<void, string> {
+  const hash = createHash('sha256');
+  let pending = '';
+  const write = (text: string) => {
+    pending += text;
+    if (pending.length >= DIGEST_CHUNK_CHARS) {
+      hash.update(pending);
+      pending = '';
+    }
+  };
+  function* walk(item: unknown): Generator<void, void> {
+    if (item === null || typeof item !== 'object') {
+      if (typeof item === 'number' && !Number.isFinite(item)) {
+        throw new TypeError(`${item} has no canonical JSON`);
+      }
+      write(JSON.stringify(item));
+      return;
+    }
+    const array = Array.isArray(item);
+    const entries: [string, unknown][] = array
+      ? item.map((element, index) => [String(index), element])
+      : Object.keys(item)
+          .sort()
+          .map((key) => [key, (item as Record<string, unknown>)[key]]);
+    write(array ? '[' : '{');
+    for (const [index, [key, member]] of entries.entries()) {
+      if (index > 0) write(',');
+      if (!array) write(`${JSON.stringify(key)}:`);
+      yield* walk(member);
+      yield;
+    }
+    write(array ? ']' : '}');
+  }
+  yield* walk(value);
+  hash.update(pending);
+  return hash.digest('hex');
 }

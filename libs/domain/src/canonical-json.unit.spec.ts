@@ -2,7 +2,9 @@
  * The one byte form behind every size measurement and every hash (RFC 8785 / JCS).
  */
 import fc from 'fast-check';
-import { canonicalByteLength, canonicalJson } from './canonical-json';
+import { createHash } from 'node:crypto';
+import { canonicalByteLength, canonicalDigestSteps, canonicalJson } from './canonical-json';
+import { runToEnd } from './time-slices';
 
 /** A deterministic generator of [0, 1) from a seed (mulberry32), to shuffle keys. */
 function random(seed: number): () => number {
@@ -142,5 +144,37 @@ describe('canonicalByteLength', () => {
         );
       }),
     );
+  });
+});
+
+describe('canonicalDigestSteps', () => {
+  const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+
+  it('is the SHA-256 of the canonical JSON, whatever the key order (property)', () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.integer(), (value, seed) => {
+        const expected = sha256(canonicalJson(value));
+        expect(runToEnd(canonicalDigestSteps(value))).toBe(expected);
+        expect(runToEnd(canonicalDigestSteps(shuffleKeys(value, random(seed))))).toBe(expected);
+      }),
+    );
+  });
+
+  it('hashes a value longer than one chunk as its whole text', () => {
+    const value = { texts: Array.from({ length: 40 }, (_, i) => `${i}:${'é'.repeat(5000)}`) };
+
+    expect(runToEnd(canonicalDigestSteps(value))).toBe(sha256(canonicalJson(value)));
+  });
+
+  it('takes a step per array item and object member, so a caller can yield between them', () => {
+    const steps = canonicalDigestSteps({ a: [1, 2, 3], b: 'x' });
+    let count = 0;
+    while (!steps.next().done) count += 1;
+
+    expect(count).toBe(5);
+  });
+
+  it.each([Infinity, -Infinity, NaN])('refuses %p, which has no canonical JSON', (number) => {
+    expect(() => runToEnd(canonicalDigestSteps({ a: [number] }))).toThrow(TypeError);
   });
 });

@@ -23,9 +23,10 @@ import type { EventType } from './event-types';
  * Room for what `sealBatch` adds to metadata after the gate, in canonical JSON. Tenant ids
  * (≤ 64), run ids and thread ids (≤ 128) are printable ASCII with nothing to escape, hashes
  * are 64 hex digits: `,"tenantId":"…"` 142 + `,"runId":"…"` 139 + `,"threadId":"…"` 142 +
- * `,"prevHash":"…"` 78 + `,"hash":"…"` 74 = 575 bytes with every id at 128 characters. A client
- * value under the same key is overwritten, which adds less than the key would. 768 leaves a
- * margin; a server-added metadata field must fit in it.
+ * `,"prevHash":"…"` 78 + `,"hash":"…"` 74 = 575 bytes with every id at 128 characters, and on
+ * a reduced event the api's `,"originalSha256":"…"` 84 more: 659. A client value under the
+ * same key is overwritten, which adds less than the key would. 768 leaves a margin; a
+ * server-added metadata field must fit in it.
  */
 export const STAMP_RESERVE_BYTES = 768;
 

@@ -11,11 +11,13 @@ import {
   RefusedError,
   SERVER_ONLY_TYPES,
   SliceClock,
+  canonicalDigestSteps,
   decideAppend,
   gateEvent,
   mapInSlices,
   nextTurn,
   runHeadOf,
+  runInSlices,
   runStream,
   validateEvent,
   validateEventInSlices,
@@ -28,6 +30,7 @@ import {
 } from '@runledger/domain';
 import {
   EVENT_STORE,
+  EventIdConflictError,
   WrongExpectedRevisionError,
   expectationHolds,
   type AppendResult,
@@ -43,6 +46,13 @@ import { HeadCache } from './head-cache';
 import { KeyedSerializer } from './keyed-serializer';
 
 type Gated = GateResult<ValidEvent & { id: string }>;
+
+/**
+ * Metadata the server stamps on a reduced event: the SHA-256 of the canonical JSON of the
+ * data it came with. Two events that differ only in what the gate cut reduce alike; this
+ * tells a retry of the same event from a different one under the same id.
+ */
+const ORIGINAL_DIGEST = 'originalSha256';
 
 export interface AppendResponse {
   runId: string;
@@ -125,9 +135,11 @@ export class RunLogService {
     const gated: Gated[] = [];
     for (const event of withIds) gated.push(await this.gate(event, clock));
     const toRecord = gated.map((g) => g.event as ValidEvent & { id: string });
-    const result = await this.serializer.run(runStream(tenantId, runId), () =>
+    const stream = runStream(tenantId, runId);
+    const result = await this.serializer.run(stream, () =>
       this.appendSerialized(tenantId, runId, toRecord, request.value.expectedRevision, clientIds),
     );
+    if (result.idempotent) await this.sameOriginals(stream, gated);
     const outcome = result.idempotent ? 'idempotent' : 'recorded';
     gated.forEach((g) => {
       this.metrics.appendedEvents.inc({ type: g.event.type, outcome });
@@ -202,15 +214,37 @@ export class RunLogService {
   private async gate(event: ValidEvent & { id: string }, clock: SliceClock): Promise<Gated> {
     const gated = gateEvent(event, this.config.eventMaxBytes);
     if (clock.due()) await clock.turn();
-    if (gated.truncated) {
-      const check = await validateEventInSlices(gated.event, undefined, clock);
-      if (!check.ok) {
-        throw new Error(
-          `size gate produced an invalid ${event.type} (event ${event.id}): ${JSON.stringify(check.problems)}`,
-        );
+    if (!gated.truncated) return gated;
+    const check = await validateEventInSlices(gated.event, undefined, clock);
+    if (!check.ok) {
+      throw new Error(
+        `size gate produced an invalid ${event.type} (event ${event.id}): ${JSON.stringify(check.problems)}`,
+      );
+    }
+    // Room for this key is within the gate's STAMP_RESERVE_BYTES.
+    const digest = await runInSlices(canonicalDigestSteps(event.data), clock);
+    const metadata = { ...gated.event.metadata, [ORIGINAL_DIGEST]: digest };
+    return { ...gated, event: { ...gated.event, metadata } };
+  }
+
+  /**
+   * An append answered as a retry of recorded events: a reduced event among them must have
+   * come with the same data as the recorded one, not only have been reduced to the same.
+   * Events recorded before the digest was stamped are judged by their reduced data alone.
+   */
+  private async sameOriginals(stream: string, gated: readonly Gated[]): Promise<void> {
+    const digests = new Map(
+      gated.flatMap(({ truncated, event }) =>
+        truncated ? [[event.id, event.metadata?.[ORIGINAL_DIGEST]] as const] : [],
+      ),
+    );
+    if (digests.size === 0) return;
+    for (const recorded of await this.store.readByIds(stream, [...digests.keys()])) {
+      const digest = recorded.metadata[ORIGINAL_DIGEST];
+      if (typeof digest === 'string' && digest !== digests.get(recorded.id)) {
+        throw new EventIdConflictError(stream, recorded.id, 'was recorded with different content');
       }
     }
-    return gated;
   }
 
   private async appendSerialized(

@@ -4,7 +4,8 @@
  */
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
+import { canonicalJson } from '@runledger/domain';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 
 const EVENT_MAX_BYTES = 16_384;
@@ -53,6 +54,7 @@ async function recorded(runId: string) {
     revision: number;
     position: number;
     data: Record<string, unknown>;
+    metadata: Record<string, unknown>;
   }[];
 }
 
@@ -97,6 +99,31 @@ describe('an oversize model.call', () => {
     const truncation = call.data.truncation as { omittedMessageCount: number };
     expect(truncation.omittedMessageCount + messages.length).toBe(40);
     expect(Buffer.byteLength(JSON.stringify(call))).toBeLessThanOrEqual(EVENT_MAX_BYTES);
+  });
+
+  it('is 409 re-sent under its id with another first message (one the gate dropped), and 413 as recorded when re-sent as it was', async () => {
+    const runId = await newRun();
+    const id = randomUUID();
+    const call = oversizeModelCall();
+    const first = await append(runId, { events: [{ ...call, id }] });
+    expect(first.status).toBe(413);
+    const [system, ...rest] = call.data.messages;
+    const altered = {
+      ...call,
+      id,
+      // As long as the first in bytes, so the stamp's originalByteLength cannot tell them apart.
+      data: {
+        ...call.data,
+        messages: [{ ...system, content: `${system.content.slice(0, -1)}è` }, ...rest],
+      },
+    };
+    const other = await append(runId, { events: [altered] });
+    expect(other.status).toBe(409);
+    expect(other.body).toMatchObject({ error: 'event_id_conflict' });
+    const again = await append(runId, { events: [{ ...call, id }] });
+    expect(again.status).toBe(413);
+    expect(again.body.recorded).toEqual(first.body.recorded);
+    expect(await recorded(runId)).toHaveLength(2);
   });
 
   it('in a batch, answers 413 with every event the batch recorded, not only the call', async () => {
@@ -207,6 +234,33 @@ describe('other oversize events', () => {
     expect(finished.data.truncation).toMatchObject({ limitBytes: EVENT_MAX_BYTES });
     expect(typeof finished.data.output).toBe('string');
     expect((finished.data.output as string).length).toBeLessThan(EVENT_MAX_BYTES);
+  });
+
+  it('tell a retry from another event under the same id by the data they came with, not by what the gate left', async () => {
+    const runId = await newRun();
+    const id = randomUUID();
+    const message = (text: string) => ({
+      id,
+      type: 'message.added',
+      data: { messageId: 'm1', role: 'user', text },
+    });
+    const first = await append(runId, { events: [message('a'.repeat(30_000))] });
+    expect(first.status).toBe(201);
+    const [, stored] = await recorded(runId);
+    expect(stored.metadata).toMatchObject({
+      originalSha256: createHash('sha256')
+        .update(canonicalJson(message('a'.repeat(30_000)).data))
+        .digest('hex'),
+    });
+
+    // Differs only in the part the gate cut: reduced, it is the same event.
+    const other = await append(runId, { events: [message(`${'a'.repeat(29_999)}b`)] });
+    expect(other.status).toBe(409);
+    expect(other.body).toMatchObject({ error: 'event_id_conflict' });
+    const retry = await append(runId, { events: [message('a'.repeat(30_000))] });
+    expect(retry.status).toBe(201);
+    expect(retry.body.events).toEqual(first.body.events);
+    expect(await recorded(runId)).toHaveLength(2);
   });
 
   it('refuse a truncation stamp a client sent, 400 naming it; nothing is written', async () => {
