@@ -14,6 +14,7 @@ import {
   EVENT_SCHEMAS,
   EVENT_TYPES,
   ModelMessage,
+  NOT_BLANK_PATTERN,
   PATH_ID_PATTERN,
   SERVER_ONLY_TYPES,
   TruncationStamp,
@@ -98,7 +99,7 @@ function describeField(name: string, rules: Rule[]): Field {
   const described: string[] = [];
   if (
     named('isNotEmpty') ||
-    rules.some((r) => r.name === 'matches' && String(r.constraints[0]) === '/\\S/')
+    rules.some((r) => r.name === 'matches' && r.constraints[0] === NOT_BLANK_PATTERN)
   ) {
     described.push('not blank');
   }
@@ -108,7 +109,7 @@ function describeField(name: string, rules: Rule[]): Field {
   if (min) described.push(`≥ ${String(min.constraints[0])}`);
   const maxItems = named('arrayMaxSize');
   if (maxItems) described.push(`at most ${String(maxItems.constraints[0])} items`);
-  const pattern = rules.find((r) => r.name === 'matches' && String(r.constraints[0]) !== '/\\S/');
+  const pattern = rules.find((r) => r.name === 'matches' && r.constraints[0] !== NOT_BLANK_PATTERN);
   if (pattern) described.push(`matches \`${String(pattern.constraints[0])}\``);
   if (conditional && named('isString') && !rules.some((r) => r.name === 'isOptional')) {
     described.push('required when `failed` is true');

@@ -43,11 +43,14 @@ export const MAX_ID_LENGTH = 256;
 const MAX_LABEL_LENGTH = 1024;
 
 /**
- * A string with something besides whitespace in it: `""` and `" \t "` alike are refused. A
- * blank id, name or error text reaches a UI as nothing at all.
+ * A string with something visible in it: `""`, `" \t "` and a zero-width space alike are
+ * refused (whitespace and Unicode format characters, `\p{Cf}`, show nothing). A blank id,
+ * name or error text reaches a UI as nothing at all.
  */
+export const NOT_BLANK_PATTERN = /[^\s\p{Cf}]/u;
+
 export function NotBlank(message = '$property must not be blank'): PropertyDecorator {
-  return Matches(/\S/, { message });
+  return Matches(NOT_BLANK_PATTERN, { message });
 }
 
 function NonBlankId(): PropertyDecorator {

@@ -361,14 +361,25 @@ describe('specific rules', () => {
   });
 
   describe('transcript.added', () => {
-    it.each(['', ' ', '\n\t ', '\u00a0'])('refuses blank text %j', (blank) => {
-      const problems = problemsOf(
-        validateEvent(withData('transcript.added', (data) => (data.text = blank))),
+    it.each(['', ' ', '\n\t ', '\u00a0', '\u200b', '\u2060\u180e', '\ufeff \u200d'])(
+      'refuses blank text %j',
+      (blank) => {
+        const problems = problemsOf(
+          validateEvent(withData('transcript.added', (data) => (data.text = blank))),
+        );
+
+        expect(problems).toEqual([
+          expect.objectContaining({ field: 'data.text', message: 'text must not be blank' }),
+        ]);
+      },
+    );
+
+    it('accepts an emoji joined by zero-width joiners, which shows', () => {
+      const result = validateEvent(
+        withData('transcript.added', (data) => (data.text = '\u{1F469}\u200d\u{1F4BB}')),
       );
 
-      expect(problems).toEqual([
-        expect.objectContaining({ field: 'data.text', message: 'text must not be blank' }),
-      ]);
+      expect(result.ok).toBe(true);
     });
 
     it('accepts text with spaces around words', () => {
