@@ -178,3 +178,45 @@ it('sends overflow to a notification stream client that stops reading, and close
   expect(await metric('runledger_sse_overflows_total')).toBe(overflowsBefore + 1);
   socket.destroy();
 }, 60_000);
+
+it('serves /health/live while ten clients catch up on a 20,000-event run at once', async () => {
+  // Before, a client that read as fast as it was written never waited on its socket, so its
+  // whole catch-up ran in one turn of the event loop: ten of them held it for 4.7 s.
+  const runId = 'catch-up-ten';
+  await startRun(service, runId);
+  for (let batch = 0; batch < 40; batch += 1) {
+    const events = Array.from({ length: 500 }, (_, i) => ({
+      type: 'tool.started',
+      data: { toolCallId: `c${batch}-${i}`, toolName: 'read', input: { q: 'y'.repeat(1000) } },
+    }));
+    const res = await request(service.baseUrl, `/v1/runs/${runId}/events`, {
+      key: KEY,
+      body: { events },
+    });
+    expect(res.status).toBe(201);
+  }
+  const readWhole = async (): Promise<number> => {
+    const res = await fetch(`${service.baseUrl}/v1/runs/${runId}/stream?from=0`, {
+      headers: { authorization: `Bearer ${KEY_2}` },
+    });
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    let frames = 0;
+    while (frames < 20_001) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      const parts = text.split('\n\n');
+      text = parts.pop()!;
+      frames += parts.filter((part) => part.includes('\ndata:')).length;
+    }
+    await reader.cancel();
+    return frames;
+  };
+  const { result, watched } = await underWatch(service, () =>
+    Promise.all(Array.from({ length: 10 }, readWhole)),
+  );
+  expect(result).toEqual(Array.from({ length: 10 }, () => 20_001));
+  expectHealthy(watched, 1024 * MIB);
+}, 120_000);

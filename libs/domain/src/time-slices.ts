@@ -36,9 +36,15 @@ export async function mapInSlices<T, R>(
   return results;
 }
 
-/** A sliced loop's clock, which several loops over one request's input can share. */
+/**
+ * A sliced loop's clock, which several loops can share: the loops over one request's input
+ * in turn, or loops running at once (every SSE client catching up). Those that wait for a
+ * turn together share the one slice that follows it, so ten loops hold the event loop for a
+ * slice per turn, not ten.
+ */
 export class SliceClock {
   private sliceStart = Date.now();
+  private nextSlice: Promise<void> | null = null;
 
   constructor(private readonly sliceMs = SLICE_MS) {}
 
@@ -48,9 +54,12 @@ export class SliceClock {
   }
 
   /** Gives the event loop a turn, and starts the next slice. */
-  async turn(): Promise<void> {
-    await nextTurn();
-    this.sliceStart = Date.now();
+  turn(): Promise<void> {
+    this.nextSlice ??= nextTurn().then(() => {
+      this.nextSlice = null;
+      this.sliceStart = Date.now();
+    });
+    return this.nextSlice;
   }
 }
 

@@ -84,3 +84,35 @@ describe('runInSlices', () => {
     expect(runToEnd(steps(5))).toBe(5);
   });
 });
+
+describe('SliceClock', () => {
+  afterEach(() => jest.restoreAllMocks());
+
+  it('gives loops that wait on it together one slice per turn between them, not one each', async () => {
+    let now = 0;
+    jest.spyOn(Date, 'now').mockImplementation(() => now);
+    const clock = new SliceClock(3);
+    let turn = 0;
+    let ticking = true;
+    const tick = () => {
+      turn += 1;
+      if (ticking) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const stepsPerTurn = new Map<number, number>();
+    // Each step takes a millisecond of the clock.
+    const loop = async () => {
+      for (let step = 0; step < 12; step += 1) {
+        now += 1;
+        stepsPerTurn.set(turn, (stepsPerTurn.get(turn) ?? 0) + 1);
+        if (clock.due()) await clock.turn();
+      }
+    };
+    await Promise.all([loop(), loop(), loop()]);
+    ticking = false;
+
+    // A slice of three steps, and a step each for the others, which find it spent.
+    expect(Math.max(...stepsPerTurn.values())).toBeLessThanOrEqual(5);
+    expect([...stepsPerTurn.values()].reduce((a, b) => a + b)).toBe(36);
+  });
+});

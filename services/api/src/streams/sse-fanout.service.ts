@@ -35,7 +35,13 @@
  *   embedded store), never every tenant's log.
  */
 import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
-import { RUN_STREAM_PREFIX, nextTurn, parseStreamName, runStream } from '@runledger/domain';
+import {
+  RUN_STREAM_PREFIX,
+  SliceClock,
+  nextTurn,
+  parseStreamName,
+  runStream,
+} from '@runledger/domain';
 import {
   CheckpointedProcessor,
   EVENT_STORE,
@@ -104,6 +110,8 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
   private readonly watchers = new Map<string, Set<SseClient>>();
   /** Every open client, catching up or live. */
   private readonly clients = new Set<SseClient>();
+  /** One for every catch-up: clients catching up together hold the loop for one slice a turn. */
+  private readonly catchUpClock = new SliceClock();
   private started: Promise<void> | null = null;
   private follower: CheckpointedProcessor | null = null;
   private heartbeat: NodeJS.Timeout | null = null;
@@ -204,6 +212,8 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
         if (client.closed) return;
         if (matches(watch, event)) await client.write(eventFrame(event), event.position);
         client.cursor = event.position;
+        // A client that reads as fast as we write never waits on its socket.
+        if (this.catchUpClock.due()) await this.catchUpClock.turn();
       }
     }
   }
