@@ -14,6 +14,8 @@ import {
   canonicalDigestSteps,
   decideAppend,
   gateEvent,
+  isEventType,
+  isPlainObject,
   mapInSlices,
   nextTurn,
   runHeadOf,
@@ -97,24 +99,32 @@ export class RunLogService {
     const request = parseAppendRequest(body, this.config.maxEventsPerAppend);
     if (!request.ok)
       throw new ApiError(400, 'validation_failed', 'the request is invalid', request.problems);
-    // A batch may hold a thousand events of tens of kilobytes, and one model call tens of
-    // thousands of messages: each step over them gives other requests turns between slices.
-    const clock = new SliceClock();
-    const validated: Validated<ValidEvent>[] = [];
-    for (const [index, event] of request.value.events.entries()) {
-      validated.push(await validateEventInSlices(event, index, clock));
-    }
-    const serverOnly = validated.flatMap((v, index) =>
-      v.ok && SERVER_ONLY_TYPES.has(v.value.type) ? [{ index, type: v.value.type }] : [],
-    );
+    // Refused whatever else is wrong with the batch: these types are not the client's to write.
+    const serverOnly = request.value.events.flatMap((event, index) => {
+      const type = isPlainObject(event) ? event.type : undefined;
+      return isEventType(type) && SERVER_ONLY_TYPES.has(type) ? [{ index, type }] : [];
+    });
     if (serverOnly.length > 0) {
-      this.countRejected(validated, 'forbidden');
+      for (const event of request.value.events) {
+        const type = isPlainObject(event) ? event.type : undefined;
+        this.metrics.appendedEvents.inc({
+          type: isEventType(type) ? type : 'invalid',
+          outcome: 'rejected_forbidden',
+        });
+      }
       throw new ApiError(
         403,
         'server_only_event_type',
         `${serverOnly.map((s) => s.type).join(', ')} may only be written by the server's own commands`,
         serverOnly,
       );
+    }
+    // A batch may hold a thousand events of tens of kilobytes, and one model call tens of
+    // thousands of messages: each step over them gives other requests turns between slices.
+    const clock = new SliceClock();
+    const validated: Validated<ValidEvent>[] = [];
+    for (const [index, event] of request.value.events.entries()) {
+      validated.push(await validateEventInSlices(event, index, clock));
     }
     const problems = validated.flatMap((v, index) =>
       v.ok ? clientStampProblems(v.value, index) : v.problems,

@@ -171,6 +171,10 @@ describe('POST /v1/runs/:runId/events', () => {
       const res = await append(runId, { events: [{ type, data: EVENT_DATA_EXAMPLES[type] }] });
       expect(res.status).toBe(403);
       expect(res.body.error).toBe('server_only_event_type');
+      // Not the client's to write, valid or not: the refusal does not depend on the data.
+      const invalid = await append(runId, { events: [{ type, data: {} }] });
+      expect(invalid.status).toBe(403);
+      expect(invalid.body.error).toBe('server_only_event_type');
     }
     expect(await recorded(runId)).toHaveLength(1);
   });
