@@ -780,6 +780,8 @@ export interface components {
             input: ({
                 [key: string]: unknown;
             } | unknown[] | string | number | boolean) | null;
+            /** @description The tool call about to run: when given, it must be the one the receipt is for */
+            toolCallId?: string;
         };
         ConsumeResponse: {
             /** @enum {boolean} */

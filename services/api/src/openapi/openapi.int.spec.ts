@@ -10,7 +10,9 @@ import SwaggerParser from '@apidevtools/swagger-parser';
 import { METHOD_METADATA, PATH_METADATA } from '@nestjs/common/constants';
 import { RequestMethod } from '@nestjs/common';
 import { OPENAPI_TYPES_FILE, typesOf } from '../../../../scripts/openapi-types';
+import { getMetadataStorage } from 'class-validator';
 import { AppModule } from '../app.module';
+import { ConsumeBody, DecisionBody, SteerBody, StopBody } from '../commands/command-bodies';
 import { startTestApp, type TestApp } from '../testing/test-app';
 
 interface Operation {
@@ -27,7 +29,10 @@ const BODILESS_POSTS = ['post /v1/admin/mirror/parked/{eventId}/retry'];
 
 type Doc = {
   paths: Record<string, Record<string, Operation>>;
-  components: { securitySchemes: Record<string, Record<string, unknown>> };
+  components: {
+    securitySchemes: Record<string, Record<string, unknown>>;
+    schemas: Record<string, { properties?: Record<string, unknown> }>;
+  };
 };
 
 /** Every (method, path) the app's documented controllers route, as OpenAPI spells them. */
@@ -79,6 +84,22 @@ describe('OpenAPI at /docs-json', () => {
         .map((o) => o.key)
         .sort(),
     ).toEqual(routesOfControllers(app));
+  });
+
+  it.each([
+    [SteerBody, 'SteerRequest'],
+    [StopBody, 'StopRequest'],
+    [DecisionBody, 'DecisionRequest'],
+    [ConsumeBody, 'ConsumeRequest'],
+  ])('documents every field the %p validator accepts as %s, and no other', (body, schema) => {
+    const accepted = new Set(
+      getMetadataStorage()
+        .getTargetValidationMetadatas(body, '', true, false)
+        .map((rule) => rule.propertyName),
+    );
+    expect(Object.keys(doc.components.schemas[schema].properties ?? {}).sort()).toEqual(
+      [...accepted].sort(),
+    );
   });
 
   it('authenticates with an opaque bearer key (not a JWT), streams also with ?token=', () => {

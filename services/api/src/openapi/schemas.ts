@@ -320,6 +320,11 @@ export class ConsumeRequest {
   @ApiProperty({ maxLength: 1024 }) toolName!: string;
   @ApiProperty({ ...ANY_JSON, description: 'The exact input the approval was for' })
   input!: unknown;
+  @ApiPropertyOptional({
+    maxLength: 256,
+    description: 'The tool call about to run: when given, it must be the one the receipt is for',
+  })
+  toolCallId?: string;
 }
 
 export class ConsumeResponse {
