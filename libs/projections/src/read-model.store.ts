@@ -156,6 +156,8 @@ interface PartRow {
 }
 
 export const THREADS_CHECKPOINT = 'threads';
+/** The log head a rebuild from empty read models set out for: the views are partial below it. */
+const REBUILD_TARGET = 'rebuild-target';
 
 type Key2 = [string, string];
 
@@ -323,6 +325,19 @@ export class ReadModelStore implements ReadModelWriter<StoredThreadRows>, Thread
 
   isEmpty(): boolean {
     return (this.statements.count.get()?.n ?? 0) === 0 && this.checkpoint() === 0;
+  }
+
+  /**
+   * Records that a rebuild from empty read models sets out for `target`, so that a restart
+   * after a crash part way knows the views are still partial (they are no longer empty).
+   */
+  startRebuild(target: number): void {
+    this.checkpoints.save(REBUILD_TARGET, target);
+  }
+
+  /** The target of the last rebuild from empty read models (0: none): partial below it. */
+  rebuildTarget(): number {
+    return this.checkpoints.get(REBUILD_TARGET);
   }
 
   /** Newest activity first; ties broken by thread id so pages never overlap or skip. */

@@ -126,7 +126,13 @@ export class ProjectionsService
   async onApplicationBootstrap(): Promise<void> {
     if (this.readModels.isEmpty()) {
       const head = await this.log.headPosition({ streamPrefix: RUN_STREAM_PREFIX });
-      if (head > 0) this.rebuild = new RebuildProgress(head, this.logger, this.metrics);
+      if (head > 0) {
+        this.store.startRebuild(head);
+        this.rebuild = new RebuildProgress(head, this.logger, this.metrics);
+      }
+    } else if (this.store.rebuildTarget() > this.store.checkpoint()) {
+      // A rebuild a crash interrupted: what it folded so far is not the whole views.
+      this.rebuild = new RebuildProgress(this.store.rebuildTarget(), this.logger, this.metrics);
     }
     if (!this.rebuild) this.metrics.rebuildProgress.set(1);
     this.metrics.projectorPosition.set(this.projector.current());

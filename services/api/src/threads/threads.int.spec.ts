@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { validateUIMessages } from 'ai';
+import { ReadModelStore } from '@runledger/projections';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 import { READ_MODELS_FILE } from './projections.service';
 
@@ -190,6 +191,50 @@ describe('voice', () => {
 });
 
 describe('rebuild', () => {
+  it('after a restart that finds a rebuild unfinished, answers 503 with its target until the projector passes it', async () => {
+    const first = await startTestApp();
+    const threadId = `t-${randomUUID()}`;
+    const { runId } = await startRun(threadId, first);
+    const res = await append(runId, [say('user', 'hi')], first);
+    expect(res.status).toBe(201);
+    await first
+      .http()
+      .get(`/v1/threads/${threadId}?minPosition=${res.body.position}`)
+      .set(first.auth());
+    const dataDir = first.config.dataDir;
+    await first.app.close();
+    // What a rebuild from empty read models that a crash stopped part way leaves behind:
+    // its target, past what it had folded.
+    const target = res.body.position + 3;
+    const store = new ReadModelStore(join(dataDir, READ_MODELS_FILE));
+    store.startRebuild(target);
+    store.close();
+
+    const second = await startTestApp({ DATA_DIR: dataDir });
+    try {
+      const partial = await second.http().get(`/v1/threads/${threadId}`).set(second.auth());
+      expect(partial.status).toBe(503);
+      expect(partial.body).toMatchObject({ error: 'projection_behind', rebuildTarget: target });
+      const list = await second.http().get('/v1/threads').set(second.auth());
+      expect(list.status).toBe(503);
+      const more = await append(
+        runId,
+        [say('user', 'a'), say('user', 'b'), say('user', 'c')],
+        second,
+      );
+      const whole = await second
+        .http()
+        .get(`/v1/threads/${threadId}?minPosition=${more.body.position}`)
+        .set(second.auth());
+      expect(whole.status).toBe(200);
+      expect(whole.body.messageCount).toBe(4);
+      expect((await second.http().get('/v1/threads').set(second.auth())).status).toBe(200);
+    } finally {
+      await second.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it('rebuilds an empty read store from the log at start-up, equal to the live view', async () => {
     const first = await startTestApp();
     const threadId = `t-${randomUUID()}`;
