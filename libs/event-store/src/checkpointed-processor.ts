@@ -229,13 +229,16 @@ export class CheckpointedProcessor {
         for (const event of page) {
           if (this.failure !== null || this.restarting) return null;
           // Bounded while the handler is slow (a broker down): batches flushed because the log
-          // went quiet count too, besides the one gathering.
-          await this.whilePending(this.batchesAhead + 1);
-          if (this.failure !== null || this.restarting) return null;
+          // went quiet count too, besides the one gathering. Awaited only when there is
+          // something to wait for: an await an event costs a catch-up microtasks an event.
+          if (this.pending > this.batchesAhead + 1) {
+            await this.whilePending(this.batchesAhead + 1);
+            if (this.failure !== null || this.restarting) return null;
+          }
           if (this.take(event)) {
             // Back-pressure: no more is read while more full batches wait than allowed.
             void this.flush();
-            await this.whilePending(this.batchesAhead);
+            if (this.pending > this.batchesAhead) await this.whilePending(this.batchesAhead);
           }
           sinceYield += 1;
           if (sinceYield >= YIELD_EVERY) {
@@ -269,18 +272,11 @@ export class CheckpointedProcessor {
     return full;
   }
 
-  /**
-   * Waits while more than `most` batches are queued or being handled. Not async: most events
-   * find nothing to wait for, and an await for each would cost a catch-up several microtasks
-   * an event.
-   */
-  private whilePending(most: number): Promise<void> | undefined {
-    if (this.pending <= most) return undefined;
-    return (async () => {
-      while (this.pending > most) {
-        await new Promise<void>((resolve) => (this.wakeReader = resolve));
-      }
-    })();
+  /** Waits while more than `most` batches are queued or being handled. */
+  private async whilePending(most: number): Promise<void> {
+    while (this.pending > most) {
+      await new Promise<void>((resolve) => (this.wakeReader = resolve));
+    }
   }
 
   /**
