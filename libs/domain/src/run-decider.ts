@@ -97,17 +97,18 @@ export function evolve(state: RunState, event: RecordedRunEvent): RunState {
       state.finished = { status: data.status as string };
       break;
     case 'approval.requested': {
+      // An approval id names its newest request, as the thread view shows it: asked again, the
+      // request (and what a resolution binds) is the new one, and an earlier resolution's
+      // receipt no longer matches it.
       const approvalId = data.approvalId as string;
       state.latestApprovalByToolCall.set(data.toolCallId as string, approvalId);
-      if (!state.approvals.has(approvalId)) {
-        state.approvals.set(approvalId, {
-          approvalId,
-          toolCallId: data.toolCallId as string,
-          toolName: data.toolName as string,
-          input: data.input,
-          question: data.question as string | undefined,
-        });
-      }
+      state.approvals.set(approvalId, {
+        approvalId,
+        toolCallId: data.toolCallId as string,
+        toolName: data.toolName as string,
+        input: data.input,
+        question: data.question as string | undefined,
+      });
       break;
     }
     case 'approval.resolved': {

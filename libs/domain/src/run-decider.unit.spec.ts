@@ -102,18 +102,21 @@ describe('the command state of a run', () => {
     expect(state).toMatchObject({ activeTurnId: 't1', activeTurnSteeredAt: null });
   });
 
-  it('keeps an approval as first asked, and its resolution, when its id is asked again', () => {
+  it('takes an approval id asked again as the new request, as the thread view shows it: the earlier resolution no longer holds', () => {
     const state = foldRunState([
       e('run.started', {}),
       e('approval.requested', { approvalId: 'a', toolCallId: 'c', toolName: 'deploy', input: 1 }),
       e('approval.resolved', { approvalId: 'a', decision: 'allow', receipt: 'r1' }),
-      e('approval.requested', { approvalId: 'a', toolCallId: 'c', toolName: 'drop', input: 2 }),
+      e('approval.requested', { approvalId: 'a', toolCallId: 'd', toolName: 'drop', input: 2 }),
     ]);
-    expect(state.approvals.get('a')).toMatchObject({
-      toolName: 'deploy',
-      input: 1,
-      resolution: { decision: 'allow', receipt: 'r1', downgraded: false, revision: 2 },
+    expect(state.approvals.get('a')).toEqual({
+      approvalId: 'a',
+      toolCallId: 'd',
+      toolName: 'drop',
+      input: 2,
+      question: undefined,
     });
+    expect(state.latestApprovalByToolCall.get('d')).toBe('a');
   });
 
   it('keeps the first resolution of an approval', () => {

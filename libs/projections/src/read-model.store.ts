@@ -54,7 +54,7 @@ import type {
  * Bumped when the tables change shape or the fold writes them differently: an older file is
  * dropped and rebuilt from the log.
  */
-const SCHEMA_VERSION = 9;
+const SCHEMA_VERSION = 10;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (
@@ -110,10 +110,10 @@ const SCHEMA = `
   CREATE TABLE IF NOT EXISTS thread_approvals (
     tenant_id    TEXT NOT NULL,
     thread_id    TEXT NOT NULL,
-    approval_id  TEXT NOT NULL,
     run_id       TEXT NOT NULL,
+    approval_id  TEXT NOT NULL,
     tool_call_id TEXT NOT NULL,
-    PRIMARY KEY (tenant_id, thread_id, approval_id)
+    PRIMARY KEY (tenant_id, thread_id, run_id, approval_id)
   ) WITHOUT ROWID;
 `;
 
@@ -470,15 +470,15 @@ function prepare(db: Db) {
       `SELECT seq, part, tool_call_id FROM thread_parts
        WHERE tenant_id = ? AND thread_id = ? AND run_id = ? AND open = 1`,
     ),
-    approval: db.prepare<[string, string, string], { run_id: string; tool_call_id: string }>(
-      `SELECT run_id, tool_call_id FROM thread_approvals
-       WHERE tenant_id = ? AND thread_id = ? AND approval_id = ?`,
+    approval: db.prepare<[string, string, string, string], { tool_call_id: string }>(
+      `SELECT tool_call_id FROM thread_approvals
+       WHERE tenant_id = ? AND thread_id = ? AND run_id = ? AND approval_id = ?`,
     ),
     upsertApproval: db.prepare<[string, string, string, string, string]>(
-      `INSERT INTO thread_approvals (tenant_id, thread_id, approval_id, run_id, tool_call_id)
+      `INSERT INTO thread_approvals (tenant_id, thread_id, run_id, approval_id, tool_call_id)
        VALUES (?, ?, ?, ?, ?)
-       ON CONFLICT (tenant_id, thread_id, approval_id) DO UPDATE SET
-         run_id = excluded.run_id, tool_call_id = excluded.tool_call_id`,
+       ON CONFLICT (tenant_id, thread_id, run_id, approval_id) DO UPDATE SET
+         tool_call_id = excluded.tool_call_id`,
     ),
   };
 }
@@ -596,8 +596,12 @@ export class StoredThreadRows implements ThreadRows {
   private readonly messageIds = new Map<string, number | null>();
   private readonly parts = new Map<string, BufferedPart>();
   private readonly tools = new Map<string, ToolLocation | null>();
-  private readonly approvals = new Map<string, { runId: string; toolCallId: string } | null>();
-  private readonly linkedApprovals = new Set<string>();
+  /** Tool call by toolKey(run, approval id); null: looked up, not stored. */
+  private readonly approvals = new Map<string, string | null>();
+  private readonly linkedApprovals = new Map<
+    string,
+    { runId: string; approvalId: string; toolCallId: string }
+  >();
   /**
    * Whether every row of the thread is known here: true for a thread with no header row when
    * opened (this writer created it), so a lookup that misses here misses in the store too.
@@ -731,19 +735,21 @@ export class StoredThreadRows implements ThreadRows {
     return [...open.values()];
   }
 
-  approvalTool(approvalId: string): ToolLocation | undefined {
-    let link = this.approvals.get(approvalId);
-    if (link === undefined && !this.complete) {
-      const row = this.statements.approval.get(this.tenantId, this.threadId, approvalId);
-      link = row ? { runId: row.run_id, toolCallId: row.tool_call_id } : null;
-      this.approvals.set(approvalId, link);
+  approvalTool(runId: string, approvalId: string): ToolLocation | undefined {
+    const key = toolKey(runId, approvalId);
+    let toolCallId = this.approvals.get(key);
+    if (toolCallId === undefined && !this.complete) {
+      const row = this.statements.approval.get(this.tenantId, this.threadId, runId, approvalId);
+      toolCallId = row?.tool_call_id ?? null;
+      this.approvals.set(key, toolCallId);
     }
-    return link == null ? undefined : this.tool(link.runId, link.toolCallId);
+    return toolCallId == null ? undefined : this.tool(runId, toolCallId);
   }
 
-  linkApproval(approvalId: string, runId: string, toolCallId: string): void {
-    this.approvals.set(approvalId, { runId, toolCallId });
-    this.linkedApprovals.add(approvalId);
+  linkApproval(runId: string, approvalId: string, toolCallId: string): void {
+    const key = toolKey(runId, approvalId);
+    this.approvals.set(key, toolCallId);
+    this.linkedApprovals.set(key, { runId, approvalId, toolCallId });
   }
 
   /** Writes the rows the fold changed; call inside the store's commit transaction. */
@@ -794,17 +800,14 @@ export class StoredThreadRows implements ThreadRows {
       part.dirty = false;
       part.bytes = json.length;
     }
-    for (const approvalId of this.linkedApprovals) {
-      const link = this.approvals.get(approvalId);
-      if (link) {
-        this.statements.upsertApproval.run(
-          tenantId,
-          threadId,
-          approvalId,
-          link.runId,
-          link.toolCallId,
-        );
-      }
+    for (const link of this.linkedApprovals.values()) {
+      this.statements.upsertApproval.run(
+        tenantId,
+        threadId,
+        link.runId,
+        link.approvalId,
+        link.toolCallId,
+      );
     }
     this.linkedApprovals.clear();
   }

@@ -125,15 +125,17 @@ export function foldNotification(
       const toolCallId = data.toolCallId as string;
       const running = state.activeRuns.includes(runId);
       // Asked again, a call waits on its newest request only: the older one is superseded;
-      // and an approval id names one request, its newest.
+      // and an approval id names one request of its run, its newest.
       state.pending = state.pending.filter(
-        (p) => !(p.runId === runId && p.toolCallId === toolCallId) && p.approvalId !== approvalId,
+        (p) => p.runId !== runId || (p.toolCallId !== toolCallId && p.approvalId !== approvalId),
       );
       if (running) state.pending.push({ approvalId, runId, toolCallId });
       break;
     }
     case 'approval.resolved':
-      state.pending = state.pending.filter((p) => p.approvalId !== data.approvalId);
+      state.pending = state.pending.filter(
+        (p) => !(p.runId === runId && p.approvalId === data.approvalId),
+      );
       break;
     default:
       break;

@@ -355,6 +355,20 @@ describe('foldNotification: what the write path never records, and its limits', 
     expect(state.status).not.toBe('blocked');
   });
 
+  it("keeps two runs' requests under one approval id apart: resolving one leaves the other", () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, log.runStarted('r1'));
+    foldNotification(state, log.runStarted('r2'));
+    foldNotification(state, log.approvalRequested('r1', 'ap1', 'tc1'));
+    foldNotification(state, log.approvalRequested('r2', 'ap1', 'tc2'));
+    foldNotification(
+      state,
+      log.event('r2', 'approval.resolved', { approvalId: 'ap1', decision: 'deny', receipt: 'r' }),
+    );
+    expect(state.pending).toEqual([{ approvalId: 'ap1', runId: 'r1', toolCallId: 'tc1' }]);
+    expect(state.status).toBe('blocked');
+  });
+
   it('never revives an ended run: a late event of it does not keep the thread from finishing again', () => {
     const items = notify(
       log.runStarted('r1'),

@@ -537,7 +537,7 @@ function approvalRequested(fold: Fold, data: EventDataByType['approval.requested
       });
     }
   }
-  rows.linkApproval(data.approvalId, runId, data.toolCallId);
+  rows.linkApproval(runId, data.approvalId, data.toolCallId);
   if (closeIfRunOver(fold, run)) return;
   const pending: PendingApproval = {
     approvalId: data.approvalId,
@@ -553,7 +553,10 @@ function approvalRequested(fold: Fold, data: EventDataByType['approval.requested
   state.pendingApprovals = state.pendingApprovals.filter(
     (p) => !(p.runId === runId && p.toolCallId === data.toolCallId),
   );
-  const at = state.pendingApprovals.findIndex((p) => p.approvalId === data.approvalId);
+  // An approval id is its run's: another run of the thread may use the same one.
+  const at = state.pendingApprovals.findIndex(
+    (p) => p.runId === runId && p.approvalId === data.approvalId,
+  );
   if (at === -1) state.pendingApprovals.push(pending);
   else state.pendingApprovals[at] = pending;
 }
@@ -564,10 +567,12 @@ export const DOWNGRADED_REASON =
 
 function approvalResolved(fold: Fold, data: EventDataByType['approval.resolved']): void {
   ensureRun(fold);
-  const { state, rows } = fold;
-  const at = state.pendingApprovals.findIndex((p) => p.approvalId === data.approvalId);
+  const { state, rows, runId } = fold;
+  const location = rows.approvalTool(runId, data.approvalId);
+  const at = state.pendingApprovals.findIndex(
+    (p) => p.runId === runId && p.approvalId === data.approvalId,
+  );
   if (at !== -1) state.pendingApprovals.splice(at, 1);
-  const location = rows.approvalTool(data.approvalId);
   if (location === undefined) return;
   const part = partAt(rows, location);
   if (part.state !== 'approval-requested' || part.approval?.id !== data.approvalId) return;

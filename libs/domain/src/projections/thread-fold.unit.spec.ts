@@ -420,6 +420,28 @@ describe('approvals', () => {
     ]);
   });
 
+  it('given two runs asking with one approval id, then both wait, and resolving one leaves the other', () => {
+    const asked = given(
+      log.runStarted('r1'),
+      log.runStarted('r2'),
+      log.approvalRequested('r1', 'ap1', 'tc1', 'search', { q: 1 }),
+    ).when(log.approvalRequested('r2', 'ap1', 'tc2', 'deploy', { env: 'prod' }));
+    expect(asked.pendingApprovals.map((p) => [p.runId, p.approvalId, p.toolName])).toEqual([
+      ['r1', 'ap1', 'search'],
+      ['r2', 'ap1', 'deploy'],
+    ]);
+    const state = given(
+      log.runStarted('r1'),
+      log.runStarted('r2'),
+      log.approvalRequested('r1', 'ap1', 'tc1', 'search', { q: 1 }),
+      log.approvalRequested('r2', 'ap1', 'tc2', 'deploy', { env: 'prod' }),
+    ).when(log.approvalResolved('r2', 'ap1', 'allow'));
+    expect(state.status).toBe('blocked');
+    expect(state.pendingApprovals.map((p) => [p.runId, p.toolName])).toEqual([['r1', 'search']]);
+    expect(toolPart(state, 'tc1')).toMatchObject({ state: 'approval-requested' });
+    expect(toolPart(state, 'tc2')).toMatchObject({ state: 'approval-responded' });
+  });
+
   it('given an approval id asked again for another call, then it is pending once, for that call', () => {
     const state = given(
       log.runStarted('r1'),

@@ -66,8 +66,8 @@ export interface ThreadRows {
   /** The run's tool parts not yet in a terminal state. */
   openTools(runId: string): ToolLocation[];
   /** The tool part an approval was last requested for. */
-  approvalTool(approvalId: string): ToolLocation | undefined;
-  linkApproval(approvalId: string, runId: string, toolCallId: string): void;
+  approvalTool(runId: string, approvalId: string): ToolLocation | undefined;
+  linkApproval(runId: string, approvalId: string, toolCallId: string): void;
 }
 
 export const TERMINAL_TOOL_STATES: ReadonlySet<ToolPartState> = new Set<ToolPartState>([
@@ -149,7 +149,10 @@ function buildIndex(state: ThreadState): MemoryIndex {
     message.parts.forEach((part, p) => track(index, message, m, p, part));
   });
   for (const approval of state.pendingApprovals) {
-    index.approvalTool.set(approval.approvalId, toolKey(approval.runId, approval.toolCallId));
+    index.approvalTool.set(
+      toolKey(approval.runId, approval.approvalId),
+      toolKey(approval.runId, approval.toolCallId),
+    );
   }
   return index;
 }
@@ -182,7 +185,7 @@ function track(
   const key = toolKey(runId, part.toolCallId);
   if (!index.tools.has(key)) {
     index.tools.set(key, { message: m, part: p, runId, toolCallId: part.toolCallId });
-    if (part.approval !== undefined) index.approvalTool.set(part.approval.id, key);
+    if (part.approval !== undefined) index.approvalTool.set(toolKey(runId, part.approval.id), key);
   }
   let open = index.openTools.get(runId);
   if (isTerminal(part.state)) {
@@ -257,9 +260,9 @@ export function memoryRows(state: ThreadState): ThreadRows {
     // track() files every key in `tools` before it is open.
     openTools: (runId) =>
       [...(index.openTools.get(runId) ?? [])].map((key) => index.tools.get(key) as ToolLocation),
-    approvalTool: (approvalId) => lookup(index.approvalTool.get(approvalId)),
-    linkApproval: (approvalId, runId, toolCallId) => {
-      index.approvalTool.set(approvalId, toolKey(runId, toolCallId));
+    approvalTool: (runId, approvalId) => lookup(index.approvalTool.get(toolKey(runId, approvalId))),
+    linkApproval: (runId, approvalId, toolCallId) => {
+      index.approvalTool.set(toolKey(runId, approvalId), toolKey(runId, toolCallId));
     },
   };
 }

@@ -77,10 +77,14 @@ function scanningRows(state: ThreadState): ThreadRows {
     tool,
     openTools: (runId) =>
       toolLocations(state).filter((t) => t.runId === runId && isOpenToolPart(partOf(t))),
-    approvalTool: (approvalId) => {
-      const pending = state.pendingApprovals.find((p) => p.approvalId === approvalId);
+    approvalTool: (runId, approvalId) => {
+      const pending = state.pendingApprovals.find(
+        (p) => p.runId === runId && p.approvalId === approvalId,
+      );
       if (pending !== undefined) return tool(pending.runId, pending.toolCallId);
-      return toolLocations(state).find((t) => (partOf(t) as ToolPart).approval?.id === approvalId);
+      return toolLocations(state).find(
+        (t) => t.runId === runId && (partOf(t) as ToolPart).approval?.id === approvalId,
+      );
     },
     linkApproval: () => undefined,
   };
@@ -127,8 +131,8 @@ describe('thread rows', () => {
           expect(rows.tool(location.runId, location.toolCallId)).toEqual(location);
         }
         for (const approval of state.pendingApprovals) {
-          expect(rows.approvalTool(approval.approvalId)).toEqual(
-            scan.approvalTool(approval.approvalId),
+          expect(rows.approvalTool(approval.runId, approval.approvalId)).toEqual(
+            scan.approvalTool(approval.runId, approval.approvalId),
           );
         }
       }),
@@ -191,7 +195,7 @@ describe('thread rows', () => {
     expect(rows.messageAt('m-none')).toBeUndefined();
     expect(rows.tool('r2', 'c1')).toBeUndefined();
     expect(rows.openTools('r2')).toEqual([]);
-    expect(rows.approvalTool('ap-none')).toBeUndefined();
+    expect(rows.approvalTool('r1', 'ap-none')).toBeUndefined();
     expect(memoryRows(emptyThread(TENANT, THREAD)).lastMessage()).toBeUndefined();
   });
 

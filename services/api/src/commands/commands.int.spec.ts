@@ -262,6 +262,75 @@ describe('answer "yes"', () => {
   });
 });
 
+describe('approval ids', () => {
+  const view = (threadId: string, position: number) =>
+    t.http().get(`/v1/threads/${threadId}?minPosition=${position}`).set(t.auth());
+
+  it('are a run\'s own: two runs of a thread asking under one id both wait, and "yes" asks which', async () => {
+    const a = await newRun([approval('ap-1', 'search', { q: 1 })]);
+    const b = await newRun([approval('ap-1', 'deploy', { env: 'prod' })], a.threadId);
+    const both = await view(a.threadId, b.position);
+    expect(both.body.status).toBe('blocked');
+    expect(
+      (both.body.pendingApprovals as { runId: string; toolName: string }[]).map((p) => [
+        p.runId,
+        p.toolName,
+      ]),
+    ).toEqual([
+      [a.runId, 'search'],
+      [b.runId, 'deploy'],
+    ]);
+    const yes = await post(`/v1/threads/${a.threadId}/approvals/answer?minPosition=${b.position}`, {
+      decision: 'allow',
+    });
+    expect(yes.status).toBe(409);
+    expect(yes.body).toMatchObject({ error: 'ambiguous', pendingCount: 2 });
+
+    const resolved = await post(`/v1/runs/${b.runId}/approvals/ap-1/resolve`, {
+      decision: 'allow',
+    });
+    expect(resolved.status).toBe(201);
+    const left = await view(a.threadId, resolved.body.position);
+    expect(left.body.status).toBe('blocked');
+    expect(left.body.pendingApprovals).toEqual([
+      expect.objectContaining({ runId: a.runId, approvalId: 'ap-1', toolName: 'search' }),
+    ]);
+  });
+
+  it('asked again in a run, name the newest request: the one shown is the one resolved', async () => {
+    const first = approval('b1', 'search', { q: 1 });
+    const again = {
+      ...approval('b1', 'deploy', { env: 'prod' }),
+      data: { ...approval('b1', 'deploy', { env: 'prod' }).data, toolCallId: 'call-deploy' },
+    };
+    const { runId, threadId, position } = await newRun([first, again]);
+    const shown = await view(threadId, position);
+    expect(shown.body.pendingApprovals).toEqual([
+      expect.objectContaining({ approvalId: 'b1', toolName: 'deploy', input: { env: 'prod' } }),
+    ]);
+    const resolved = await post(`/v1/runs/${runId}/approvals/b1/resolve`, { decision: 'allow' });
+    expect(resolved.status).toBe(201);
+    expect(resolved.body).toMatchObject({ toolName: 'deploy' });
+
+    // Asked again once resolved, it waits again rather than blocking the thread for good.
+    const reasked = await post(`/v1/runs/${runId}/events`, {
+      events: [approval('b1', 'drop', { table: 'users' })],
+    });
+    const blocked = await view(threadId, reasked.body.position);
+    expect(blocked.body.status).toBe('blocked');
+    const stale = await post('/v1/receipts/consume', {
+      receipt: resolved.body.receipt,
+      toolName: 'deploy',
+      input: { env: 'prod' },
+    });
+    expect(stale.status).toBe(403);
+    const denied = await post(`/v1/runs/${runId}/approvals/b1/resolve`, { decision: 'deny' });
+    expect(denied.status).toBe(201);
+    expect(denied.body).toMatchObject({ toolName: 'drop' });
+    expect((await view(threadId, denied.body.position)).body.status).not.toBe('blocked');
+  });
+});
+
 describe('receipts', () => {
   async function allowed(toolName = 'deploy', input: unknown = { env: 'prod' }) {
     const { runId } = await newRun([approval('ap', toolName, input)]);

@@ -161,8 +161,11 @@ function eventsOf(actions: readonly Action[]): ProjectedEvent[] {
   const started = new Set<number>();
   const ended = new Set<number>();
   const activeTurn = new Map<number, string>();
-  const requested = new Map<string, number>(); // approvalId → run
-  const resolved = new Set<string>();
+  // By run and approval id (ids are a run's own; another run may reuse one): the call its
+  // newest request is for, while unresolved.
+  const awaiting = new Map<string, string>();
+  // By run and call: the approval asked last for it; the resolve command refuses older ones.
+  const latest = new Map<string, string>();
   for (const a of actions) {
     const runId = `run-${a.run}`;
     if (a.kind === 'run.started') {
@@ -236,9 +239,10 @@ function eventsOf(actions: readonly Action[]): ProjectedEvent[] {
         break;
       }
       case 'approval.requested': {
-        const approvalId = `ap-${a.run}-${a.approval}`;
-        if (requested.has(approvalId)) break;
-        requested.set(approvalId, a.run);
+        // Asked again under an id (resolved or not), the newest request is the one that waits.
+        const approvalId = `ap-${a.approval}`;
+        awaiting.set(`${runId}/${approvalId}`, callId(a.call));
+        latest.set(`${runId}/${callId(a.call)}`, approvalId);
         events.push(
           log.approvalRequested(runId, approvalId, callId(a.call), toolName(a.call), {
             call: a.call,
@@ -247,9 +251,11 @@ function eventsOf(actions: readonly Action[]): ProjectedEvent[] {
         break;
       }
       case 'approval.resolved': {
-        const approvalId = `ap-${a.run}-${a.approval}`;
-        if (!requested.has(approvalId) || resolved.has(approvalId)) break;
-        resolved.add(approvalId);
+        // The resolve command answers a request once.
+        const approvalId = `ap-${a.approval}`;
+        const call = awaiting.get(`${runId}/${approvalId}`);
+        if (call === undefined || latest.get(`${runId}/${call}`) !== approvalId) break;
+        awaiting.delete(`${runId}/${approvalId}`);
         events.push(
           log.approvalResolved(
             runId,
