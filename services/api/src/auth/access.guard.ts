@@ -67,7 +67,8 @@ export class AccessGuard implements CanActivate {
       this.streamTokenPrincipal(context, request) ??
       this.policy.principalFor(request, access.scope);
     request.principal = principal;
-    request.actor = actorOf(principal, request.raw.headersDistinct);
+    // Settled before the body by the authenticate hook, but for a stream token's caller.
+    request.actor ??= actorOf(principal, request.raw.headersDistinct);
     return true;
   }
 

@@ -2,8 +2,9 @@
  * Who is calling, settled as soon as a request is routed (Fastify `onRequest`), before any
  * byte of its body is read: a request without a recognised key is answered 401 here, and a
  * key without the scope the route declares 403, and neither reaches a body parser, so a
- * stranger's 16 MiB body costs a header lookup. The decision is the AccessGuard's own
- * (AccessPolicy), taken early; the guard still settles stream tokens and the acting user.
+ * stranger's 16 MiB body costs a header lookup; so is an acting user the key may not name
+ * (or a malformed one). The decision is the AccessGuard's own (AccessPolicy, actorOf), taken
+ * early; the guard still settles stream tokens.
  * Routes declared @Public() (probes, metrics) and the API docs need no key.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
@@ -11,6 +12,7 @@ import type { Metrics } from '@runledger/observability';
 import { ApiError } from '../http/api-error';
 import { lingerUnread } from '../http/request-guards';
 import { routeAccess, usesStreamToken } from './access.decorators';
+import { actorOf } from './acting-user';
 import type { AccessPolicy } from './access.guard';
 
 function isPublic(request: FastifyRequest): boolean {
@@ -34,10 +36,14 @@ export function authenticateRequests(
       // The guard's own decision (AccessPolicy.principalFor), taken before the body: a key
       // without the route's scope is refused unread, not after its 32 MiB were parsed.
       const access = routeAccess(request.routeOptions.config);
-      request.principal =
+      const principal =
         access !== undefined && 'scope' in access
           ? policy.principalFor(request, access.scope)
           : policy.identify(request);
+      request.principal = principal;
+      // Who the key acts for is a header too: a user it may not name, or a malformed one, is
+      // refused unread as well.
+      request.actor = actorOf(principal, request.raw.headersDistinct);
     } catch (error) {
       if (!(error instanceof ApiError)) {
         done(error instanceof Error ? error : new Error(String(error)));

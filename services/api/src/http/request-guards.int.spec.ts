@@ -195,6 +195,37 @@ describe('authentication before the body', () => {
   });
 });
 
+describe('the acting user', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+    await t.app.listen(0, '127.0.0.1');
+  });
+  afterAll(() => t.close());
+
+  it('is refused while the body is still unsent: a user the key may not name, or a header sent twice', async () => {
+    const steer = `/v1/runs/run-${randomUUID()}/steer`;
+    const notActAs = await rawRequest(
+      t,
+      `${post(steer, {
+        'Content-Length': 16 * 1024 * 1024,
+        Authorization: `Bearer ${KEYS.tenantA}`,
+      })}\r\nX-Runledger-User: bob`,
+      '{"expectedTurnId":',
+    );
+    expect(notActAs.status).toBe(403);
+    const twice = await rawRequest(
+      t,
+      `${post(steer, {
+        'Content-Length': 16 * 1024 * 1024,
+        Authorization: `Bearer ${KEYS.gatewayA}`,
+      })}\r\nX-Runledger-User: ana\r\nX-Runledger-User: bob`,
+      '{"expectedTurnId":',
+    );
+    expect(twice.status).toBe(400);
+  });
+});
+
 describe('body limits', () => {
   let t: TestApp;
   beforeAll(async () => {
