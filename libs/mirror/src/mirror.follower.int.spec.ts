@@ -238,10 +238,15 @@ describe('MirrorFollower', () => {
     expect(store.listParked('tenant-b')).toEqual([]);
 
     redrive = true;
-    const result = await follower.retryParked('r1-2', 'tenant-a');
+    const { event: result, published } = await follower.retryParked('r1-2', 'tenant-a');
+    expect(published).toBe(true);
     expect(result.redrivenAt).not.toBeNull();
     expect(sink.acknowledged.map((m) => m.eventId).pop()).toBe('r1-2');
     expect(store.listParked(null)).toEqual([]);
+    // Re-driven already: answered as it is, published no second time.
+    const again = await follower.retryParked('r1-2', 'tenant-a');
+    expect(again).toEqual({ event: result, published: false });
+    expect(sink.acknowledged.filter((m) => m.eventId === 'r1-2')).toHaveLength(1);
   });
 
   it("parks two tenants' events that share an id each in its own row, and re-drives each tenant's own", async () => {
@@ -267,7 +272,7 @@ describe('MirrorFollower', () => {
       ['r1-2', 'tenant-b', 6],
     ]);
     redrive = true;
-    const result = await follower.retryParked('r1-2', 'tenant-b');
+    const { event: result } = await follower.retryParked('r1-2', 'tenant-b');
     expect(result).toMatchObject({ tenantId: 'tenant-b', position: 6 });
     expect(result.redrivenAt).not.toBeNull();
     expect(store.listParked(null).map((p) => [p.tenantId, p.position])).toEqual([['tenant-a', 3]]);

@@ -240,13 +240,17 @@ export class MirrorFollower implements BatchHandler {
 
   /**
    * Re-drives a parked event: encodes and publishes it again, alone. Resolves with the
-   * updated record once the broker acknowledged; StillParkedError when it is refused again.
+   * updated record once the broker acknowledged, and whether this call published it (an
+   * event already re-driven is answered as it is); StillParkedError when it is refused again.
    */
-  async retryParked(eventId: string, tenantId: string | null): Promise<ParkedEvent> {
+  async retryParked(
+    eventId: string,
+    tenantId: string | null,
+  ): Promise<{ event: ParkedEvent; published: boolean }> {
     const parked = this.store.parked(eventId, tenantId);
     if (!parked) throw new ParkedEventNotFoundError(eventId);
     const { position } = parked;
-    if (parked.redrivenAt !== null) return parked;
+    if (parked.redrivenAt !== null) return { event: parked, published: false };
     const [event] = await this.log.readAll({ fromPosition: parked.position, maxCount: 1 });
     if (!event || event.id !== eventId) {
       const reason = `the log holds no event ${eventId} at position ${parked.position}`;
@@ -266,7 +270,7 @@ export class MirrorFollower implements BatchHandler {
       throw error;
     }
     this.store.markRedriven(position);
-    return this.store.parkedAt(position) ?? parked;
+    return { event: this.store.parkedAt(position) ?? parked, published: true };
   }
 
   /** Publishes the batch in parts of at most `batchBytes`, each committed once acknowledged. */

@@ -140,15 +140,16 @@ export class MirrorService
   async retryParked(eventId: string, tenantId: string | null): Promise<ParkedEvent> {
     this.metrics.mirrorRetries.inc();
     try {
-      const result = await this.follower.retryParked(eventId, tenantId);
+      const { event, published } = await this.follower.retryParked(eventId, tenantId);
+      if (!published) return event;
       this.metrics.mirrorPublished.inc();
       this.logger.log({
         msg: 'parked event re-driven',
         eventId,
-        position: result.position,
-        attempts: result.attempts,
+        position: event.position,
+        attempts: event.attempts,
       });
-      return result;
+      return event;
     } catch (error) {
       this.logger.warn({ msg: 'parked event re-drive failed', eventId, error: String(error) });
       throw error;

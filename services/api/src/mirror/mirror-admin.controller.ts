@@ -45,14 +45,17 @@ export class MirrorAdminController {
     @Query('limit') limit?: string,
   ) {
     const mirror = this.running();
+    const pageSize = queryInt('limit', limit, 100, 1, 1000);
+    // One more than the page: a next page is offered only when there is one.
     const events = mirror.listParked(
       principal.tenantId,
       queryInt('after', after, 0, 0, Number.MAX_SAFE_INTEGER),
-      queryInt('limit', limit, 100, 1, 1000),
+      pageSize + 1,
     );
+    const page = events.slice(0, pageSize);
     return {
-      parked: events,
-      nextAfter: events.length > 0 ? events[events.length - 1].position : null,
+      parked: page,
+      nextAfter: events.length > pageSize ? page[page.length - 1].position : null,
     };
   }
 

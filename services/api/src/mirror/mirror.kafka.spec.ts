@@ -291,6 +291,8 @@ describeKafka('the Kafka mirror (real broker)', () => {
       const listed = await parkedSoon(t, 1, 10_000);
       expect(listed.status).toBe(200);
       expect(listed.body.parked).toHaveLength(1);
+      // The whole list in one page: no next page is offered.
+      expect(listed.body.nextAfter).toBeNull();
       const [parked] = listed.body.parked as { eventId: string; reason: string }[];
       expect(parked).toMatchObject({ stream: runStream('tenant-a', runId), type: 'message.added' });
       expect(parked.reason).toMatch(/MESSAGE_TOO_LARGE|RECORD_LIST_TOO_LARGE/);
@@ -347,6 +349,15 @@ describeKafka('the Kafka mirror (real broker)', () => {
       const after = await t.http().get('/v1/admin/mirror/parked').set(t.auth());
       expect(after.body.parked).toEqual([]);
       expect(await metric(t, 'runledger_mirror_parked_events')).toBe(0);
+      // Asked again, the re-drive answers the same record and publishes (and counts) nothing.
+      const published = await metric(t, 'runledger_mirror_published_events_total');
+      const again = await t
+        .http()
+        .post(`/v1/admin/mirror/parked/${parked.eventId}/retry`)
+        .set(t.auth());
+      expect(again.status).toBe(200);
+      expect(again.body.event).toEqual(retried.body.event);
+      expect(await metric(t, 'runledger_mirror_published_events_total')).toBe(published);
     } finally {
       warnings.mockRestore();
       await consumer.stop();
