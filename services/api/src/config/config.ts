@@ -20,6 +20,11 @@ import { readPolicyFile } from './policy-file';
 const toInt = ({ value }: { value: unknown }) =>
   typeof value === 'string' && /^-?\d+$/.test(value.trim()) ? Number(value.trim()) : value;
 
+/** A TCP port, 1-65535, written without leading zeros. */
+const PORT = '(?:6553[0-5]|655[0-2]\\d|65[0-4]\\d{2}|6[0-4]\\d{3}|[1-5]\\d{4}|[1-9]\\d{0,3})';
+const BROKER = `[A-Za-z0-9.-]+:${PORT}`;
+const KAFKA_BROKERS_PATTERN = new RegExp(`^${BROKER}(?:,${BROKER})*$`);
+
 /** An integer setting within [min, max]; one message for every way a value can break it. */
 function IntRange(name: string, min: number, max: number): PropertyDecorator {
   const message = `${name} must be an integer between ${min} and ${max}`;
@@ -231,8 +236,8 @@ export class EnvironmentSchema {
   REJECTION_MARKER_WINDOW_MS = 60_000;
 
   @IsOptional()
-  @Matches(/^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$/, {
-    message: 'KAFKA_BROKERS must be a comma-separated list of host:port',
+  @Matches(KAFKA_BROKERS_PATTERN, {
+    message: 'KAFKA_BROKERS must be a comma-separated list of host:port (port 1-65535)',
   })
   KAFKA_BROKERS?: string;
 

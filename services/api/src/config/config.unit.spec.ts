@@ -180,6 +180,8 @@ describe('configuration', () => {
     ['SSE_HEARTBEAT_MS', '5'],
     ['KAFKA_BROKERS', 'localhost'],
     ['KAFKA_BROKERS', 'a:1, b:2'],
+    ['KAFKA_BROKERS', 'kafka:99999'],
+    ['KAFKA_BROKERS', 'kafka:9092,other:0'],
     ['KAFKA_TOPIC', 'run events'],
     ['KAFKA_NOTIFICATIONS_TOPIC', 'what needs me'],
     ['KAFKA_PARTITIONS', '0'],
