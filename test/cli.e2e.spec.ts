@@ -222,6 +222,21 @@ describe('runledger CLI: replay, verify and rebuild on a data directory the serv
     } finally {
       surface.close();
     }
+    // The rebuild left its target with the views: had it stopped short of it, the service's
+    // next start would go on answering 503 until it had passed it.
+    const views = new Database(join(dataDir, 'read-models.db'), { readonly: true });
+    try {
+      const position = (name: string) =>
+        (
+          views.prepare('SELECT position FROM checkpoints WHERE name = ?').get(name) as {
+            position: number;
+          }
+        ).position;
+      expect(position('rebuild-target')).toBeGreaterThan(0);
+      expect(position('threads')).toBeGreaterThanOrEqual(position('rebuild-target'));
+    } finally {
+      views.close();
+    }
     const service = await startService({ dataDir, apiKeys: KEYS });
     try {
       const client = new RunledgerClient({ baseUrl: service.baseUrl, apiKey: KEY });

@@ -293,6 +293,9 @@ async function rebuild(config: AppConfig, io: CliIo): Promise<number> {
     const target = await log.headPosition({ streamPrefix: RUN_STREAM_PREFIX });
     const unit = config.eventStoreUrl ? 'log bytes' : 'events';
     readModels.clear();
+    // Stopped part way, the rebuild is finished by the service's next start, which answers
+    // 503 until it has passed this target.
+    readModels.startRebuild(target);
     const surface = new SurfaceStore(join(config.dataDir, SURFACE_FILE));
     try {
       surface.clear();
