@@ -124,15 +124,16 @@ export class ProjectionsService
   }
 
   async onApplicationBootstrap(): Promise<void> {
+    const unfinished = this.store.rebuildTarget();
     if (this.readModels.isEmpty()) {
       const head = await this.log.headPosition({ streamPrefix: RUN_STREAM_PREFIX });
       if (head > 0) {
         this.store.startRebuild(head);
         this.rebuild = new RebuildProgress(head, this.logger, this.metrics);
       }
-    } else if (this.store.rebuildTarget() > this.store.checkpoint()) {
+    } else if (unfinished > this.store.checkpoint()) {
       // A rebuild a crash interrupted: what it folded so far is not the whole views.
-      this.rebuild = new RebuildProgress(this.store.rebuildTarget(), this.logger, this.metrics);
+      this.rebuild = new RebuildProgress(unfinished, this.logger, this.metrics);
     }
     if (!this.rebuild) this.metrics.rebuildProgress.set(1);
     this.metrics.projectorPosition.set(this.projector.current());
