@@ -100,17 +100,16 @@ export class RunLogService {
     if (!request.ok)
       throw new ApiError(400, 'validation_failed', 'the request is invalid', request.problems);
     // Refused whatever else is wrong with the batch: these types are not the client's to write.
-    const serverOnly = request.value.events.flatMap((event, index) => {
+    const types = request.value.events.map((event) => {
       const type = isPlainObject(event) ? event.type : undefined;
-      return isEventType(type) && SERVER_ONLY_TYPES.has(type) ? [{ index, type }] : [];
+      return isEventType(type) ? type : null;
     });
+    const serverOnly = types.flatMap((type, index) =>
+      type !== null && SERVER_ONLY_TYPES.has(type) ? [{ index, type }] : [],
+    );
     if (serverOnly.length > 0) {
-      for (const event of request.value.events) {
-        const type = isPlainObject(event) ? event.type : undefined;
-        this.metrics.appendedEvents.inc({
-          type: isEventType(type) ? type : 'invalid',
-          outcome: 'rejected_forbidden',
-        });
+      for (const type of types) {
+        this.metrics.appendedEvents.inc({ type: type ?? 'invalid', outcome: 'rejected_forbidden' });
       }
       throw new ApiError(
         403,
