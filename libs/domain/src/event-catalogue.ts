@@ -199,9 +199,10 @@ export const MAX_JSON_DEPTH = 64;
  * step after it: validation, canonical JSON, hashing). Reports the first problem found.
  */
 export function jsonValueProblems(value: unknown, field: string, index?: number): Problem[] {
-  if (typeof value === 'number' && !Number.isFinite(value)) {
-    return [{ index, field, rule: 'isFinite', message: `${field} must be a finite number` }];
-  }
+  const notFinite = (path: string): Problem[] => [
+    { index, field: path, rule: 'isFinite', message: `${path} must be a finite number` },
+  ];
+  if (typeof value === 'number' && !Number.isFinite(value)) return notFinite(field);
   if (value === null || typeof value !== 'object') return [];
   // Paths are spelt only for a problem: a value of a million numbers is walked without
   // building a million strings, and only containers take a place on the stack.
@@ -218,10 +219,7 @@ export function jsonValueProblems(value: unknown, field: string, index?: number)
       : Object.entries(place.value as Record<string, unknown>);
     for (const [key, item] of entries) {
       if (typeof item === 'number' && !Number.isFinite(item)) {
-        const path = `${pathOf(place)}.${key}`;
-        return [
-          { index, field: path, rule: 'isFinite', message: `${path} must be a finite number` },
-        ];
+        return notFinite(`${pathOf(place)}.${key}`);
       }
       if (item !== null && typeof item === 'object') {
         stack.push({ value: item, parent: place, key, depth: place.depth + 1 });
