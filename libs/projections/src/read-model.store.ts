@@ -29,6 +29,7 @@ import {
   isToolPart,
   threadKey,
   toolKey,
+  type MessageSource,
   type MessageTail,
   type PartLocation,
   type RunSummary,
@@ -54,7 +55,7 @@ import type {
  * Bumped when the tables change shape or the fold writes them differently: an older file is
  * dropped and rebuilt from the log.
  */
-const SCHEMA_VERSION = 10;
+const SCHEMA_VERSION = 11;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (
@@ -645,6 +646,10 @@ export class StoredThreadRows implements ThreadRows {
       this.messageIds.set(id, seq);
     }
     return seq ?? undefined;
+  }
+
+  sourceOf(message: number): MessageSource | undefined {
+    return this.message(message).metadata?.source;
   }
 
   lastMessage(): MessageTail | undefined {

@@ -307,15 +307,34 @@ function statusOf(rows: ThreadRows): ThreadStatus {
 // ---------------------------------------------------------------------------------------
 // Messages
 
+/**
+ * The message a text event's id names: the one of the same source under that id, else one
+ * under the id prefixed with the source (`transcript:<id>`), as often as that is taken too.
+ * Ids are the client's, one namespace per source: an utterance whose id equals a typed
+ * message's, or a message named like a tool message, is a message of its own.
+ */
+function textMessage(
+  rows: ThreadRows,
+  clientId: string,
+  source: 'message' | 'transcript',
+): { id: string; at: number | undefined } {
+  let id = clientId;
+  for (;;) {
+    const at = rows.messageAt(id);
+    if (at === undefined || rows.sourceOf(at) === source) return { id, at };
+    id = `${source}:${id}`;
+  }
+}
+
 function upsertText(
   fold: Fold,
-  id: string,
+  clientId: string,
   role: UIMessage['role'],
   text: string,
   source: 'message' | 'transcript',
 ): void {
   const { rows, runId, event } = fold;
-  const at = rows.messageAt(id);
+  const { id, at } = textMessage(rows, clientId, source);
   if (at === undefined) {
     rows.addMessage({
       id,

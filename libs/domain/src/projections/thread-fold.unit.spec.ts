@@ -146,6 +146,43 @@ describe('messages', () => {
     ]);
   });
 
+  it('given a typed message, when an utterance has the same id, then each is a message of its own and keeps its speaker', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.message('r1', 'x1', 'user', 'Refund order 42.'),
+      log.transcript('r1', 'x1', 'assistant', 'Looking it up.'),
+    ).when(log.transcript('r1', 'x1', 'assistant', 'Looking it up now.'));
+    expect(state.messages.map((m) => [m.id, m.role, m.parts, m.metadata?.source])).toEqual([
+      ['x1', 'user', [{ type: 'text', text: 'Refund order 42.' }], 'message'],
+      ['transcript:x1', 'assistant', [{ type: 'text', text: 'Looking it up now.' }], 'transcript'],
+    ]);
+  });
+
+  it('given a tool message, when a typed message takes its id, then the tool message keeps its parts and the text is a message of its own', () => {
+    const state = given(log.runStarted('r1'), log.toolStarted('r1', 'c1')).when(
+      log.message('r1', 'tool-msg-c1', 'user', 'What did it find?'),
+      log.message('r1', 'tool-msg-c1', 'user', 'What did it find, then?'),
+    );
+    expect(state.messages.map((m) => [m.id, m.role, m.parts.map((p) => p.type)])).toEqual([
+      ['tool-msg-c1', 'assistant', ['tool-lookup']],
+      ['message:tool-msg-c1', 'user', ['text']],
+    ]);
+    expect(state.messages[1].parts).toEqual([{ type: 'text', text: 'What did it find, then?' }]);
+  });
+
+  it('given a qualified id is itself taken by the other source, then the id is qualified again', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.message('r1', 'x1', 'user', 'typed'),
+      log.message('r1', 'transcript:x1', 'user', 'typed, named like an utterance'),
+    ).when(log.transcript('r1', 'x1', 'user', 'spoken'));
+    expect(state.messages.map((m) => [m.id, m.metadata?.source])).toEqual([
+      ['x1', 'message'],
+      ['transcript:x1', 'message'],
+      ['transcript:transcript:x1', 'transcript'],
+    ]);
+  });
+
   it('keeps system messages, with their role', () => {
     const state = given(log.runStarted('r1')).when(log.message('r1', 's1', 'system', 'Be brief.'));
     expect(state.messages[0].role).toBe('system');
@@ -1054,14 +1091,6 @@ describe('edges of the fold', () => {
       log.turnFinished('r1', 't2'),
     );
     expect(state).toMatchObject({ status: 'idle', runs: [{ activeTurnId: null }] });
-  });
-
-  it('adds the words of a message to a tool message whose id it reuses, beside its tool part', () => {
-    const state = given(log.runStarted('r1'), log.toolStarted('r1', 'tc1')).when(
-      log.message('r1', 'tool-msg-tc1', 'assistant', 'Looking it up'),
-    );
-    expect(state.messages).toHaveLength(1);
-    expect(state.messages[0].parts.map((p) => p.type)).toEqual(['tool-lookup', 'text']);
   });
 
   it('derives a tool message id from the position when the plain and run-qualified ids are taken', () => {

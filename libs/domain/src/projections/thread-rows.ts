@@ -11,6 +11,7 @@
  */
 import { isToolPart } from './message-text';
 import type {
+  MessageSource,
   RunSummary,
   ThreadState,
   ToolPartState,
@@ -52,6 +53,8 @@ export interface ThreadRows {
   dropRun(runId: string): void;
   /** The place of the message with this id. */
   messageAt(id: string): number | undefined;
+  /** Where the message at this place came from. */
+  sourceOf(message: number): MessageSource | undefined;
   lastMessage(): MessageTail | undefined;
   /** Appends a message (with its parts); answers its place. */
   addMessage(message: UIMessage): number;
@@ -225,6 +228,7 @@ export function memoryRows(state: ThreadState): ThreadRows {
       index.runCount = state.runs.length;
     },
     messageAt: (id) => index.messageById.get(id),
+    sourceOf: (m) => state.messages[m].metadata?.source,
     lastMessage: () => {
       const m = state.messages.length - 1;
       if (m < 0) return undefined;

@@ -57,6 +57,7 @@ function scanningRows(state: ThreadState): ThreadRows {
       const at = state.messages.findIndex((message) => message.id === id);
       return at === -1 ? undefined : at;
     },
+    sourceOf: (m) => state.messages[m].metadata?.source,
     lastMessage: () => {
       const last = state.messages.at(-1);
       if (last === undefined) return undefined;

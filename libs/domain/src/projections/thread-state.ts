@@ -42,12 +42,14 @@ export interface TextPart {
 
 export type UIMessagePart = TextPart | ToolPart;
 
+/** Where a message came from: typed, spoken (transcript) or tool activity. */
+export type MessageSource = 'message' | 'transcript' | 'tool';
+
 export interface UIMessage {
   id: string;
   role: 'user' | 'assistant' | 'system';
   parts: UIMessagePart[];
-  /** Where the message came from: typed, spoken (transcript) or tool activity. */
-  metadata?: { runId: string; source: 'message' | 'transcript' | 'tool'; position: number };
+  metadata?: { runId: string; source: MessageSource; position: number };
 }
 
 export type ThreadStatus = 'running' | 'blocked' | 'idle' | 'finished';

@@ -58,7 +58,7 @@ const text = fc.oneof(
 );
 const messageId = fc.oneof(
   fc.constantFrom('m0', 'm1', 'm2', 'm3', 'u0', 'u1'),
-  fc.constantFrom('tool-msg-call_0', 'tool-msg-call_1'),
+  fc.constantFrom('tool-msg-call_0', 'tool-msg-call_1', 'transcript:m0', 'message:u0'),
 );
 const output = fc.oneof(fc.jsonValue({ maxDepth: 2 }), fc.constant(undefined));
 
