@@ -29,6 +29,11 @@ export interface KafkaSinkSettings {
    * existing topic against: topicMaxMessageBytes(EVENT_MAX_BYTES). Default: 4 MiB.
    */
   maxMessageBytes?: number;
+  /**
+   * How long `close` waits for a publish in flight and the producer's disconnect; a broker
+   * that takes connections but never answers (frozen) must not hold a shutdown. Default 5 s.
+   */
+  closeGraceMs?: number;
   /** Where kafkajs's own warnings and errors go (default: nowhere; the mirror logs its failures). */
   log?: (level: 'error' | 'warn', message: string, extra: Record<string, unknown>) => void;
 }
@@ -119,12 +124,31 @@ export class KafkaEventSink implements EventSink {
     await this.connect();
   }
 
+  /**
+   * Lets a publish in flight finish, within the grace; one still unanswered then is left
+   * behind: the mirror had not checkpointed its events, so they are published again when it
+   * starts next (at least once).
+   */
   async close(): Promise<void> {
-    await this.queue;
-    const producer = this.producer ?? (await this.connecting?.catch(() => null));
+    const deadline = Date.now() + (this.settings.closeGraceMs ?? 5000);
+    const left = () => Math.max(0, deadline - Date.now());
+    await within(this.queue, left());
+    const producer =
+      this.producer ??
+      (await within(
+        this.connecting?.catch(() => null),
+        left(),
+      )) ??
+      null;
     this.producer = null;
     this.connecting = null;
-    await producer?.disconnect().catch(() => undefined);
+    if (!producer) return;
+    const disconnecting = producer.disconnect().catch((error: unknown) => {
+      this.settings.log?.('warn', 'kafkajs: disconnecting the producer failed', {
+        error: error instanceof Error ? error.message : String(error),
+      });
+    });
+    await within(disconnecting, left());
   }
 
   private async send(messages: readonly MirrorMessage[]): Promise<void> {
@@ -238,5 +262,19 @@ export class KafkaEventSink implements EventSink {
     const producer = this.producer;
     this.producer = null;
     await producer?.disconnect().catch(() => undefined);
+  }
+}
+
+/** Waits for the work, or for `ms`, whichever comes first. */
+async function within<T>(work: Promise<T> | undefined, ms: number): Promise<T | undefined> {
+  if (work === undefined) return undefined;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+  });
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }

@@ -333,6 +333,32 @@ describe('MirrorFollower', () => {
     expect(await follower.checkWatchdog()).toBe(false);
     expect(await follower.checkWatchdog()).toBe(false);
   });
+
+  it('reports a broker that never answers (frozen, not down) as a problem, and stops without waiting for it', async () => {
+    let acknowledge: () => void = () => {};
+    const frozen: EventSink = {
+      publish: () => new Promise<void>((resolve) => (acknowledge = resolve)),
+      close: async () => {},
+    };
+    await appendRun('r1', 2);
+    const follower = follow(frozen, new RecordingObserver());
+    await new Promise((r) => setTimeout(r, 20));
+    expect(follower.problem()).toBeNull();
+    await until(() => follower.problem() !== null);
+    expect(follower.problem()).toMatch(
+      /no acknowledgement from the destination for \d+ s \(waiting on event r1-0 at position 1\)/,
+    );
+    expect(store.checkpoint()).toBe(0);
+
+    const started = Date.now();
+    await follower.stop();
+    expect(Date.now() - started).toBeLessThan(1000);
+    // Acknowledged after the follower gave up on it: the checkpoint stays, the events are
+    // published again by the next follower (at least once).
+    acknowledge();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(store.checkpoint()).toBe(0);
+  });
 });
 
 describe('a mirror.db written when parked rows were keyed by event id', () => {

@@ -106,6 +106,8 @@ export class MirrorFollower implements BatchHandler {
   private failingSince: number | null = null;
   private failures = 0;
   private lastFailure: PublishFailure | null = null;
+  /** The publish waiting for the destination's answer: since when, and its first event. */
+  private waiting: { since: number; eventId: string; position: number } | null = null;
   private delivered = 0;
   private stoppedBy: string | null = null;
   private watchdog: NodeJS.Timeout | null = null;
@@ -193,11 +195,20 @@ export class MirrorFollower implements BatchHandler {
   /** Null while healthy; else why the mirror should not count as ready. */
   problem(): string | null {
     if (this.stoppedBy !== null) return this.stoppedBy;
-    if (this.failingSince === null || this.lastFailure === null) return null;
+    if (this.failingSince === null || this.lastFailure === null) return this.unanswered();
     const failingMs = this.now() - this.failingSince;
-    if (failingMs < this.options.stallMs) return null;
+    if (failingMs < this.options.stallMs) return this.unanswered();
     const { eventId, position, error } = this.lastFailure;
     return `publishing has failed for ${Math.round(failingMs / 1000)} s (${this.failures} failures; stuck on event ${eventId} at position ${position}): ${errorText(error)}`;
+  }
+
+  /** A destination that takes the connection but never answers (a frozen broker) fails nothing. */
+  private unanswered(): string | null {
+    if (this.waiting === null) return null;
+    const { since, eventId, position } = this.waiting;
+    const waitedMs = this.now() - since;
+    if (waitedMs < this.options.stallMs) return null;
+    return `no acknowledgement from the destination for ${Math.round(waitedMs / 1000)} s (waiting on event ${eventId} at position ${position})`;
   }
 
   /** Mirror lag: how many log positions and how long the oldest unpublished run event waits. */
@@ -370,9 +381,10 @@ export class MirrorFollower implements BatchHandler {
     for (let attempt = 1; ; attempt += 1) {
       stopping.throwIfAborted();
       try {
-        if (messages.length > 0) await this.sink.publish(messages);
+        if (messages.length > 0) await this.acknowledged(messages, stopping);
         return;
       } catch (error) {
+        if (stopping.aborted) throw error;
         if (error instanceof RejectedMessageError) {
           if (messages.length === 1) {
             parked.push(parkMessage(messages[0], part, reasonOf(error)));
@@ -398,6 +410,24 @@ export class MirrorFollower implements BatchHandler {
     }
   }
 
+  /**
+   * Publishes and waits for the destination's answer, or for the stop: a destination that
+   * never answers must not hold a shutdown. A publish given up on was not checkpointed, so
+   * its events are published again when the mirror starts next (at least once).
+   */
+  private async acknowledged(messages: MirrorMessage[], stopping: AbortSignal): Promise<void> {
+    this.waiting = {
+      since: this.now(),
+      eventId: messages[0].eventId,
+      position: messages[0].position,
+    };
+    try {
+      await untilStopped(this.sink.publish(messages), stopping);
+    } finally {
+      this.waiting = null;
+    }
+  }
+
   private failed(failure: PublishFailure): void {
     this.failures += 1;
     this.failingSince ??= this.now();
@@ -413,6 +443,28 @@ export class MirrorFollower implements BatchHandler {
     this.failures = 0;
     this.lastFailure = null;
   }
+}
+
+/**
+ * The work's outcome, or the stop's reason once stopping: whatever the work settles to later
+ * is handled here and goes nowhere, as the caller has given up on it.
+ */
+function untilStopped<T>(work: Promise<T>, stopping: AbortSignal): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const stop = () => reject(stopping.reason);
+    if (stopping.aborted) stop();
+    stopping.addEventListener('abort', stop, { once: true });
+    work.then(
+      (value) => {
+        stopping.removeEventListener('abort', stop);
+        resolve(value);
+      },
+      (error: unknown) => {
+        stopping.removeEventListener('abort', stop);
+        reject(error);
+      },
+    );
+  });
 }
 
 /** A wait that stopping cuts short. */
