@@ -356,6 +356,23 @@ describe('receipts', () => {
     }
   });
 
+  it('answers any replay of a consumed receipt 409, whatever else the replay gets wrong', async () => {
+    const receipt = await allowed('deploy', { env: 'prod' });
+    const consumed = await post('/v1/receipts/consume', {
+      receipt,
+      toolName: 'deploy',
+      input: { env: 'prod' },
+    });
+    expect(consumed.status).toBe(200);
+    for (const replay of [
+      { receipt, toolName: 'deploy', input: { env: 'staging' } },
+      { receipt, toolName: 'destroy', input: { env: 'prod' } },
+    ]) {
+      const res = await post('/v1/receipts/consume', replay);
+      expect([res.status, res.body.error]).toEqual([409, 'receipt_already_used']);
+    }
+  });
+
   it('is refused for another tool, another input, a changed signature or a deny', async () => {
     const receipt = await allowed('deploy', { env: 'prod' });
     const consume = (body: object) => post('/v1/receipts/consume', body);

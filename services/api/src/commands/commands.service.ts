@@ -163,7 +163,11 @@ export class CommandsService {
       },
       await this.state(caller, claims.run),
     );
-    if ('refusal' in outcome) throw new RefusedError(outcome.refusal);
+    if ('refusal' in outcome) {
+      // A replay is a replay whatever else it gets wrong (another input, a run ended since).
+      if (await this.consumed(caller.tenantId, claims.rid)) throw alreadyConsumed(claims.rid);
+      throw new RefusedError(outcome.refusal);
+    }
     try {
       // Insert-if-absent in the log itself: across any number of replicas, one append wins.
       const appended = await this.store.append(
@@ -186,11 +190,15 @@ export class CommandsService {
       };
     } catch (error) {
       if (!(error instanceof WrongExpectedRevisionError)) throw error;
-      throw new RefusedError({
-        code: 'receipt_already_used',
-        message: `receipt ${claims.rid} was already consumed`,
-      });
+      throw alreadyConsumed(claims.rid);
     }
+  }
+
+  private async consumed(tenantId: string, receiptId: string): Promise<boolean> {
+    const recorded = await this.store.readStream(receiptStream(tenantId, receiptId), {
+      maxCount: 1,
+    });
+    return recorded.length > 0;
   }
 
   /**
@@ -225,4 +233,11 @@ export class CommandsService {
   private async state(caller: ClientCaller, runId: string): Promise<RunState> {
     return foldRunState(await this.runLog.readRun(caller.tenantId, runId));
   }
+}
+
+function alreadyConsumed(receiptId: string): RefusedError {
+  return new RefusedError({
+    code: 'receipt_already_used',
+    message: `receipt ${receiptId} was already consumed`,
+  });
 }
