@@ -32,6 +32,9 @@ export default {
   timeoutMS: 10000,
   reporters: ['progress', 'clear-text', 'json'],
   jsonReporter: { fileName: 'reports/mutation/mutation.json' },
+  // Not copied into the sandbox: the deploy tools' virtualenv (`npm test` makes it; its
+  // lib64 symlink to a directory stops the copy) and the service's data directory.
+  ignorePatterns: ['.cache', 'data'],
   tempDirName: '.stryker-tmp',
   cleanTempDir: 'always',
 };
