@@ -6,7 +6,8 @@
  * item per transition, however many approvals pile up while the thread is already blocked.
  *
  * The status rules are the thread view's (thread-fold.ts): blocked while an approval of a
- * running run is pending; finished once every run of the thread has ended.
+ * running run is pending (neither resolved nor overtaken by its tool's finish); finished once
+ * every run of the thread has ended.
  */
 import { isEventType, type EndStatus } from '../event-types';
 import { toolLabel } from '../tool-labels';
@@ -135,6 +136,11 @@ export function foldNotification(
     case 'approval.resolved':
       state.pending = state.pending.filter(
         (p) => !(p.runId === runId && p.approvalId === data.approvalId),
+      );
+      break;
+    case 'tool.finished':
+      state.pending = state.pending.filter(
+        (p) => !(p.runId === runId && p.toolCallId === data.toolCallId),
       );
       break;
     default:

@@ -67,6 +67,21 @@ describe('foldNotification', () => {
     ]);
   });
 
+  it('a tool that finishes while its approval waits unblocks the thread: nothing is left to decide', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    for (const event of [
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+      log.approvalRequested('r1', 'ap2', 'tc2'),
+      log.toolFinished('r1', 'tc1', { failed: true, errorText: 'approval timed out' }),
+    ]) {
+      foldNotification(state, event);
+    }
+    expect([state.status, state.pending.map((p) => p.approvalId)]).toEqual(['blocked', ['ap2']]);
+    foldNotification(state, log.toolFinished('r1', 'tc2'));
+    expect(state.status).toBe('open');
+  });
+
   it('a second approval while already blocked is not a second item', () => {
     const items = notify(
       log.runStarted('r1'),

@@ -453,7 +453,14 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
 
 function toolFinished(fold: Fold, data: EventDataByType['tool.finished']): void {
   ensureRun(fold);
-  const { rows, runId } = fold;
+  const { state, rows, runId } = fold;
+  // The call went ahead without an answer (the runtime timed the approval out, say): no
+  // person is left anything to decide on it, so the thread is not blocked on it.
+  if (state.pendingApprovals.some((p) => p.runId === runId && p.toolCallId === data.toolCallId)) {
+    state.pendingApprovals = state.pendingApprovals.filter(
+      (p) => !(p.runId === runId && p.toolCallId === data.toolCallId),
+    );
+  }
   const location = rows.tool(runId, data.toolCallId);
   const named = typeof data.toolName === 'string' && data.toolName !== '';
   if (location === undefined) {
@@ -587,11 +594,14 @@ export const DOWNGRADED_REASON =
 function approvalResolved(fold: Fold, data: EventDataByType['approval.resolved']): void {
   ensureRun(fold);
   const { state, rows, runId } = fold;
-  const location = rows.approvalTool(runId, data.approvalId);
   const at = state.pendingApprovals.findIndex(
     (p) => p.runId === runId && p.approvalId === data.approvalId,
   );
-  if (at !== -1) state.pendingApprovals.splice(at, 1);
+  // Only a pending approval has a part waiting on it: one superseded, overtaken by its
+  // tool's finish or already resolved has nothing left to decide.
+  if (at === -1) return;
+  const location = rows.approvalTool(runId, data.approvalId);
+  state.pendingApprovals.splice(at, 1);
   if (location === undefined) return;
   const part = partAt(rows, location);
   if (part.state !== 'approval-requested' || part.approval?.id !== data.approvalId) return;

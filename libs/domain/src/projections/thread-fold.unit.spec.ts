@@ -382,6 +382,27 @@ describe('tool parts', () => {
     expect(toolPart(state, 'tc1').input).toEqual({ raw: [1, 2] });
   });
 
+  it('given an approval waits, when its tool finishes anyway, then it is no longer pending and the thread is not blocked', () => {
+    const history = [
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+      log.approvalRequested('r1', 'ap2', 'tc2'),
+    ];
+    const timedOut = log.toolFinished('r1', 'tc1', {
+      failed: true,
+      errorText: 'approval timed out',
+    });
+    const state = given(...history).when(timedOut);
+    expect([state.status, state.pendingApprovals.map((p) => p.approvalId)]).toEqual([
+      'blocked',
+      ['ap2'],
+    ]);
+    expect(toolPart(state, 'tc1')).toMatchObject({ state: 'output-error' });
+    const after = given(...history, timedOut).when(log.toolFinished('r1', 'tc2'));
+    expect(after.pendingApprovals).toEqual([]);
+    expect(after.status).not.toBe('blocked');
+  });
+
   it('given the same toolCallId in two runs, then each run has its own part', () => {
     const state = given(log.runStarted('r1'), log.runStarted('r2')).when(
       log.toolStarted('r1', 'call_0'),
@@ -587,19 +608,25 @@ describe('approvals', () => {
     expect(state.activeTools).toEqual([]);
   });
 
-  it('given a pending approval, when the tool finishes anyway, then the part completes (the unanswered approval is not shown on it) and the approval stays pending', () => {
-    const state = given(log.runStarted('r1'), log.approvalRequested('r1', 'ap1', 'tc1')).when(
+  it('given a pending approval, when the tool finishes anyway, then the part completes without it and a late answer changes nothing', () => {
+    const history = [
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
       log.toolFinished('r1', 'tc1', { output: 'ran' }),
-    );
-    expect(toolPart(state, 'tc1')).toEqual({
+    ];
+    const finished = {
       type: 'tool-refund',
       toolCallId: 'tc1',
       state: 'output-available',
       input: { orderId: 1042, amount: 19.99 },
       output: 'ran',
-    });
-    expect(state.pendingApprovals.map((p) => p.approvalId)).toEqual(['ap1']);
-    expect(state.status).toBe('blocked');
+    };
+    const state = given(...history.slice(0, 2)).when(history[2]);
+    expect(toolPart(state, 'tc1')).toEqual(finished);
+    expect([state.status, state.pendingApprovals]).toEqual(['idle', []]);
+    const late = given(...history).when(log.approvalResolved('r1', 'ap1', 'deny'));
+    expect(toolPart(late, 'tc1')).toEqual(finished);
+    expect(late.status).toBe('idle');
   });
 
   it('given two pending approvals, when one is resolved, then the thread stays blocked until the other is', () => {
