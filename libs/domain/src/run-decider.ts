@@ -33,6 +33,8 @@ export interface ApprovalRecord {
   toolName: string;
   input: unknown;
   question?: string;
+  /** Revision of the tool's finish, when the call finished while this request waited. */
+  overtakenAt?: number;
   resolution?: {
     decision: string;
     downgraded: boolean;
@@ -126,6 +128,20 @@ export function evolve(state: RunState, event: RecordedRunEvent): RunState {
       }
       break;
     }
+    case 'tool.finished': {
+      // The call went ahead (or gave up) without an answer: its waiting request has nothing
+      // left to decide, as the thread view no longer lists it.
+      const approvalId = state.latestApprovalByToolCall.get(data.toolCallId as string);
+      const approval = approvalId === undefined ? undefined : state.approvals.get(approvalId);
+      if (
+        approval !== undefined &&
+        approval.toolCallId === data.toolCallId &&
+        !approval.resolution
+      ) {
+        approval.overtakenAt ??= event.revision;
+      }
+      break;
+    }
     default:
       break;
   }
@@ -143,6 +159,7 @@ export type RefusalCode =
   | 'approval_not_found'
   | 'already_resolved'
   | 'approval_superseded'
+  | 'tool_finished'
   | 'no_pending_approval'
   | 'ambiguous'
   | 'receipt_refused'
@@ -347,6 +364,13 @@ export function decideResolve(command: ResolveCommand, state: RunState): Outcome
       'approval_superseded',
       `approval ${approvalId} was asked again for tool call ${approval.toolCallId} as ${latest}: resolve that one`,
       { supersededBy: latest },
+    );
+  }
+  if (approval.overtakenAt !== undefined) {
+    return refuse(
+      'tool_finished',
+      `tool call ${approval.toolCallId} finished while approval ${approvalId} waited: nothing is left to decide`,
+      { toolCallId: approval.toolCallId, finishedAtRevision: approval.overtakenAt },
     );
   }
   const verdict = command.policy(state.threadId, approval.toolName);

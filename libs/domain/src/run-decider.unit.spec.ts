@@ -406,6 +406,25 @@ describe('deciders', () => {
         .then([{ type: 'approval.resolved', data: { approvalId: 'ap-2', decision: 'allow' } }]);
     });
 
+    it('refuses an approval whose tool call finished while it waited, until the call is asked about again', () => {
+      const finished = { type: 'tool.finished', data: { toolCallId: 'call-1' } };
+      const refusal = given(started, asked('ap-1'), finished).when(resolve('allow')).refusal;
+      expect(refusal).toEqual({
+        code: 'tool_finished',
+        message: 'tool call call-1 finished while approval ap-1 waited: nothing is left to decide',
+        fields: { toolCallId: 'call-1', finishedAtRevision: 2 },
+      });
+      given(started, asked('ap-1'), finished, asked('ap-1'))
+        .when(resolve('deny'))
+        .then([{ type: 'approval.resolved', data: { approvalId: 'ap-1', decision: 'deny' } }]);
+      given(started, asked('ap-1'), { type: 'tool.finished', data: { toolCallId: 'call-2' } })
+        .when(resolve('allow'))
+        .then([{ type: 'approval.resolved', data: { approvalId: 'ap-1', decision: 'allow' } }]);
+      given(started, asked('ap-1'), asked('ap-1', 'call-2'), finished)
+        .when(resolve('allow'))
+        .then([{ type: 'approval.resolved', data: { approvalId: 'ap-1', decision: 'allow' } }]);
+    });
+
     it('keeps a deny a deny, not downgraded, whatever the policy says', () => {
       const forbid = () => ({ allowed: false as const, rule: 'default.deny', revision: 'rev-2' });
       given(started, asked('ap-1'))

@@ -73,7 +73,8 @@ export class CommandsController {
       'Policy is evaluated now: an allow it forbids is recorded as a one-time deny with `downgraded: true`. ' +
       'Needs the `approve` scope. The answer carries a signed one-use receipt, for the resolver only: the log ' +
       'keeps its id and digest. A second resolution answers 409 `already_resolved` with the first (without a receipt); ' +
-      'an approval asked again for the same tool call answers 409 `approval_superseded` with `supersededBy`.',
+      'an approval asked again for the same tool call answers 409 `approval_superseded` with `supersededBy`; ' +
+      'one whose tool call finished while it waited answers 409 `tool_finished`.',
   })
   @ApiRoute({
     body: DecisionRequest,

@@ -329,6 +329,24 @@ describe('approval ids', () => {
     expect(denied.body).toMatchObject({ toolName: 'drop' });
     expect((await view(threadId, denied.body.position)).body.status).not.toBe('blocked');
   });
+
+  it('overtaken by its tool finishing, no longer waits: the thread unblocks and resolving it answers 409', async () => {
+    const { runId, threadId } = await newRun([approval('t1')]);
+    const finished = await post(`/v1/runs/${runId}/events`, {
+      events: [
+        {
+          type: 'tool.finished',
+          data: { toolCallId: 'call-t1', failed: true, errorText: 'approval timed out' },
+        },
+      ],
+    });
+    const shown = await view(threadId, finished.body.position);
+    expect([shown.body.status, shown.body.pendingApprovals]).toEqual(['idle', []]);
+    const late = await post(`/v1/runs/${runId}/approvals/t1/resolve`, { decision: 'allow' });
+    expect(late.status).toBe(409);
+    expect(late.body).toMatchObject({ error: 'tool_finished', toolCallId: 'call-t1' });
+    expect(await types(runId)).not.toContain('approval.resolved');
+  });
 });
 
 describe('receipts', () => {

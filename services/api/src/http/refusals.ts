@@ -17,6 +17,7 @@ export const REFUSAL_STATUS: Record<RefusalCode, number> = {
   steer_conflict: 409,
   already_resolved: 409,
   approval_superseded: 409,
+  tool_finished: 409,
   no_pending_approval: 409,
   ambiguous: 409,
   receipt_refused: 403,
