@@ -68,20 +68,42 @@ async function post(port: number, events: object[]): Promise<number> {
   return body.position;
 }
 
-async function getPage(port: number, query = ''): Promise<string> {
+async function fetchPage(port: number, query: string): Promise<{ status: number; body: string }> {
   const response = await fetch(`http://127.0.0.1:${port}/v1/threads/${THREAD_ID}${query}`, {
     headers: HEADERS,
   });
-  const body = await response.text();
-  if (response.status !== 200) throw new Error(`thread page answered ${response.status}`);
+  return { status: response.status, body: await response.text() };
+}
+
+async function getPage(port: number, query = ''): Promise<string> {
+  const { status, body } = await fetchPage(port, query);
+  if (status !== 200) throw new Error(`thread page answered ${status}: ${body}`);
   return body;
+}
+
+/**
+ * Waits until the projector, whose worker thread starts with the server, has folded
+ * `position`: on a loaded host its start can outlast the read-your-writes wait (503
+ * `projection_behind`), and the soak times the thread's growth, not the server's start.
+ */
+async function untilProjected(port: number, position: number): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const { status, body } = await fetchPage(port, `?minPosition=${position}`);
+    if (status === 200) return;
+    if (status !== 503 || Date.now() > deadline) {
+      throw new Error(`thread page answered ${status}: ${body}`);
+    }
+  }
 }
 
 /** Grows the thread; answers each window's figures and the position of the last append. */
 async function grow(server: ChildServer): Promise<{ windows: Window[]; position: number }> {
-  await post(server.port, [
+  const started = await post(server.port, [
     { type: 'run.started', data: { threadId: THREAD_ID, agent: 'soak', source: 'api' } },
   ]);
+  await untilProjected(server.port, started);
+  // Asking for the health resets its figures: the first window starts here.
   await server.health();
   const windows: Window[] = [];
   let latencies: number[] = [];
