@@ -175,6 +175,8 @@ describe('canonicalDigestSteps', () => {
   });
 
   it.each([Infinity, -Infinity, NaN])('refuses %p, which has no canonical JSON', (number) => {
-    expect(() => runToEnd(canonicalDigestSteps({ a: [number] }))).toThrow(TypeError);
+    expect(() => runToEnd(canonicalDigestSteps({ a: [number] }))).toThrow(
+      new TypeError(`${number} has no canonical JSON`),
+    );
   });
 });

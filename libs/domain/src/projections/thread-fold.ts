@@ -344,11 +344,10 @@ function upsertText(
     });
     return;
   }
-  // The same id again is the same message: its words are replaced where they stand; its
-  // role and place in the thread stay as first recorded, and its tool parts stay put.
-  const textAt = rows.textPartOf(at);
-  if (textAt === -1) rows.addPart(at, { type: 'text', text });
-  else rows.setPart({ message: at, part: textAt }, { type: 'text', text });
+  // The same id again is the same message (of this source, so made with a text part): its
+  // words are replaced where they stand; its role and place in the thread stay as first
+  // recorded, and tool parts added to it since stay put.
+  rows.setPart({ message: at, part: rows.textPartOf(at) }, { type: 'text', text });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -604,7 +603,8 @@ function approvalResolved(fold: Fold, data: EventDataByType['approval.resolved']
   state.pendingApprovals.splice(at, 1);
   if (location === undefined) return;
   const part = partAt(rows, location);
-  if (part.state !== 'approval-requested' || part.approval?.id !== data.approvalId) return;
+  // A pending approval's part shows it, unless the call had already ended when asked about.
+  if (part.state !== 'approval-requested') return;
   const base = { type: part.type, toolCallId: part.toolCallId, input: part.input ?? {} };
   if (data.decision === 'allow') {
     rows.setPart(location, {

@@ -629,6 +629,22 @@ describe('approvals', () => {
     expect(late.status).toBe('idle');
   });
 
+  it('given a call asked about after it finished, when the approval is resolved, then the part stays as the call ended', () => {
+    const history = [
+      log.runStarted('r1'),
+      log.toolStarted('r1', 'tc1', 'refund'),
+      log.toolFinished('r1', 'tc1', { output: 'ran' }),
+      log.approvalRequested('r1', 'ap1', 'tc1'),
+    ];
+    const before = toolPart(given(...history.slice(0, 3)).when(history[3]), 'tc1');
+    expect(before).toMatchObject({ state: 'output-available', output: 'ran' });
+    for (const decision of ['allow', 'deny'] as const) {
+      const state = given(...history).when(log.approvalResolved('r1', 'ap1', decision));
+      expect(toolPart(state, 'tc1')).toEqual(before);
+      expect([state.status, state.pendingApprovals]).toEqual(['idle', []]);
+    }
+  });
+
   it('given two pending approvals, when one is resolved, then the thread stays blocked until the other is', () => {
     const history = [
       log.runStarted('r1'),
