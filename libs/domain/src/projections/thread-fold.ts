@@ -455,11 +455,7 @@ function toolFinished(fold: Fold, data: EventDataByType['tool.finished']): void 
   const { state, rows, runId } = fold;
   // The call went ahead without an answer (the runtime timed the approval out, say): no
   // person is left anything to decide on it, so the thread is not blocked on it.
-  if (state.pendingApprovals.some((p) => p.runId === runId && p.toolCallId === data.toolCallId)) {
-    state.pendingApprovals = state.pendingApprovals.filter(
-      (p) => !(p.runId === runId && p.toolCallId === data.toolCallId),
-    );
-  }
+  dropPendingApproval(state, runId, data.toolCallId);
   const location = rows.tool(runId, data.toolCallId);
   const named = typeof data.toolName === 'string' && data.toolName !== '';
   if (location === undefined) {
@@ -575,9 +571,7 @@ function approvalRequested(fold: Fold, data: EventDataByType['approval.requested
     requestedAt: event.recordedAt,
   };
   // Asked again, a call waits on its newest request only: the older one is superseded.
-  state.pendingApprovals = state.pendingApprovals.filter(
-    (p) => !(p.runId === runId && p.toolCallId === data.toolCallId),
-  );
+  dropPendingApproval(state, runId, data.toolCallId);
   // An approval id is its run's: another run of the thread may use the same one.
   const at = state.pendingApprovals.findIndex(
     (p) => p.runId === runId && p.approvalId === data.approvalId,
@@ -620,6 +614,14 @@ function approvalResolved(fold: Fold, data: EventDataByType['approval.resolved']
     state: 'output-denied',
     approval: { id: data.approvalId, approved: false, ...reason },
   });
+}
+
+/** Takes the approval a call waits on off the pending list: one at most, its newest request. */
+function dropPendingApproval(state: ThreadHeader, runId: string, toolCallId: string): void {
+  const at = state.pendingApprovals.findIndex(
+    (p) => p.runId === runId && p.toolCallId === toolCallId,
+  );
+  if (at !== -1) state.pendingApprovals.splice(at, 1);
 }
 
 // ---------------------------------------------------------------------------------------
