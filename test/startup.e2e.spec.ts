@@ -1,10 +1,11 @@
 /**
  * Starting the service as an operator would: a first run without RUNLEDGER_API_KEYS hands out
- * a working development key (kept private in DATA_DIR), and a bad setting stops the process
- * with a message naming the variable.
+ * a working development key (kept private in DATA_DIR), a bad setting stops the process with
+ * a message naming the variable, and "listening" means the read side is up as well.
  */
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { RunsClient, runStarted } from './support/runs-client';
 import { makeTempDir, request, runUntilExit, startService } from './support/service-process';
 
 jest.setTimeout(120_000);
@@ -40,6 +41,37 @@ describe('first start without RUNLEDGER_API_KEYS', () => {
     expect(sameKey).toBe(key);
     expect((await request(again.baseUrl, '/v1/runs/x/events', { key })).status).toBe(404);
     await again.kill('SIGTERM');
+  });
+});
+
+describe('the listening line', () => {
+  it('comes once the projector follows the log: a read-your-writes right after it is answered', async () => {
+    const key = 'e2e-startup-key-0123456789';
+    const service = await startService({
+      dataDir: makeTempDir(),
+      apiKeys: `${key}=e2e:append,read`,
+      env: { LOG_LEVEL: 'log' },
+    });
+    try {
+      const stdout = service.process.stdout;
+      const following = stdout.indexOf('projector following the log');
+      expect(following).toBeGreaterThanOrEqual(0);
+      expect(following).toBeLessThan(stdout.indexOf('runledger listening on'));
+
+      const { position } = await new RunsClient(service.baseUrl, key).append('run-1', [
+        runStarted('thread-1'),
+      ]);
+      const thread = await request(
+        service.baseUrl,
+        `/v1/threads/thread-1?minPosition=${position}`,
+        {
+          key,
+        },
+      );
+      expect(thread.status).toBe(200);
+    } finally {
+      await service.kill('SIGTERM');
+    }
   });
 });
 

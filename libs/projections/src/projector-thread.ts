@@ -44,13 +44,18 @@ export interface ProjectorWorkerData {
 export type ToProjector = { type: 'commit' } | { type: 'stop' };
 
 export type FromProjector =
+  | { type: 'started' }
   | { type: 'committed'; events: number; position: number; lastRecordedAt: string }
   | { type: 'failed'; position: number; message: string; stack?: string }
   | { type: 'stopped' };
 
 /** What the service needs of a projector, wherever it runs. */
 export interface ProjectionRunner {
-  start(): void;
+  /**
+   * Starts following the log; settles once the projector is following it (or has failed,
+   * which its observer hears), so a caller can wait until positions will be folded.
+   */
+  start(): void | Promise<void>;
   stop(): Promise<void>;
   current(): number;
   waitFor(minPosition: number, timeoutMs: number): Promise<void>;
@@ -68,6 +73,7 @@ export class ProjectorThread implements ProjectionRunner {
   private readonly gate: PositionGate;
   private worker: Worker | null = null;
   private stopped: Promise<void> | null = null;
+  private following: Promise<void> = Promise.resolve();
   private unsubscribe: (() => void) | null = null;
 
   /**
@@ -87,8 +93,14 @@ export class ProjectorThread implements ProjectionRunner {
     return this.gate.current();
   }
 
-  start(): void {
-    if (this.worker) return;
+  /**
+   * Resolves once the worker has loaded and follows the log, or has failed to (reported to
+   * the observer first). Loading a worker takes a noticeable while — hundreds of
+   * milliseconds, longer on a busy host, and the worker runs at a lower priority — and until
+   * then nothing is folded: a caller that serves reads waits for this before it says it is up.
+   */
+  start(): Promise<void> {
+    if (this.worker) return this.following;
     const entry = workerEntry(__dirname, 'projector.worker', __filename);
     const worker = new Worker(entry.filename, {
       eval: entry.eval,
@@ -98,9 +110,15 @@ export class ProjectorThread implements ProjectionRunner {
     this.worker = worker;
     let stopping = false;
     let reported = false;
+    let followed: () => void = () => undefined;
+    this.following = new Promise<void>((resolve) => {
+      followed = resolve;
+    });
     this.stopped = new Promise<void>((resolve) => {
       worker.on('message', (message: FromProjector) => {
-        if (message.type === 'committed') {
+        if (message.type === 'started') {
+          followed();
+        } else if (message.type === 'committed') {
           this.gate.moveTo(message.position);
           this.observer.committed(message.events, message.position, message.lastRecordedAt);
         } else if (message.type === 'failed') {
@@ -126,6 +144,7 @@ export class ProjectorThread implements ProjectionRunner {
             this.gate.current(),
           );
         }
+        followed();
         resolve();
       });
     });
@@ -133,6 +152,7 @@ export class ProjectorThread implements ProjectionRunner {
       // One wake-up per group commit: the worker reads whatever the commit wrote.
       this.unsubscribe = this.log.onCommitted(() => this.send({ type: 'commit' }));
     }
+    return this.following;
   }
 
   async stop(): Promise<void> {

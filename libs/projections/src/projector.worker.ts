@@ -67,3 +67,4 @@ parentPort!.on('message', (message: ToProjector) => {
 });
 
 projector.start();
+post({ type: 'started' });

@@ -137,7 +137,16 @@ export class ProjectionsService
     }
     if (!this.rebuild) this.metrics.rebuildProgress.set(1);
     this.metrics.projectorPosition.set(this.projector.current());
-    this.projector.start();
+    const starting = Date.now();
+    // Listening only once the projector follows the log: a read-your-writes straight after
+    // start-up then waits for a fold, not for a worker thread to load.
+    await this.projector.start();
+    this.logger.log({
+      msg: 'projector following the log',
+      position: this.projector.current(),
+      thread: this.config.backgroundThreads === 'on' ? 'worker' : 'api',
+      startMs: Date.now() - starting,
+    });
     this.lagTimer = setInterval(() => {
       this.lag().catch((error: unknown) =>
         this.logger.warn({ msg: 'could not read the log to measure lag', error: String(error) }),
