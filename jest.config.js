@@ -18,7 +18,10 @@ const shared = {
   transform: { '^.+\\.ts$': swc, [`/node_modules/(${ESM_ONLY.join('|')})/.+\\.js$`]: swc },
   transformIgnorePatterns: [`/node_modules/(?!(${ESM_ONLY.join('|')})/)`],
   moduleFileExtensions: ['ts', 'js', 'json'],
-  moduleNameMapper: { '^@runledger/([a-z-]+)$': '<rootDir>/libs/$1/src' },
+  moduleNameMapper: {
+    '^@runledger/([a-z-]+)$': '<rootDir>/libs/$1/src',
+    '^@runledger/([a-z-]+)/(.+)$': '<rootDir>/libs/$1/src/$2',
+  },
   testEnvironment: 'node',
   // StrykerJS's sandbox (npm run mutate) holds a copy of the repository while it runs.
   modulePathIgnorePatterns: ['<rootDir>/.stryker-tmp/'],

@@ -3,10 +3,18 @@
  * a working development key (kept private in DATA_DIR), a bad setting stops the process with
  * a message naming the variable, and "listening" means the read side is up as well.
  */
+import { execFileSync } from 'node:child_process';
 import { readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { RunsClient, runStarted } from './support/runs-client';
-import { makeTempDir, request, runUntilExit, startService } from './support/service-process';
+import {
+  REPO_ROOT,
+  assertBuilt,
+  makeTempDir,
+  request,
+  runUntilExit,
+  startService,
+} from './support/service-process';
 
 jest.setTimeout(120_000);
 
@@ -72,6 +80,31 @@ describe('the listening line', () => {
     } finally {
       await service.kill('SIGTERM');
     }
+  });
+});
+
+describe("the projector's worker thread", () => {
+  it('loads only what it runs: not Nest, class-validator or the EventStoreDB client', () => {
+    const worker = join(REPO_ROOT, 'dist', 'libs', 'projections', 'src', 'projector.worker.js');
+    assertBuilt(worker);
+    // The worker file's own imports, loaded as the worker loads them (it cannot run outside one).
+    const imports = [...readFileSync(worker, 'utf8').matchAll(/require\("([^"]+)"\)/g)].map(
+      ([, specifier]) => specifier,
+    );
+    expect(imports).toEqual(expect.arrayContaining(['./projector', './read-model.store']));
+    const loaded = execFileSync(
+      process.execPath,
+      [
+        '-e',
+        `for (const m of ${JSON.stringify(imports)}) require(m.startsWith('.') ? require('node:path').join(${JSON.stringify(dirname(worker))}, m) : m);
+         console.log(JSON.stringify(Object.keys(require.cache)));`,
+      ],
+      { encoding: 'utf8' },
+    );
+    const heavy = (JSON.parse(loaded) as string[]).filter((file) =>
+      /node_modules\/(@nestjs|class-validator|@kurrent|@grpc)\//.test(file),
+    );
+    expect(heavy).toEqual([]);
   });
 });
 

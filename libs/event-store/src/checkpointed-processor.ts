@@ -7,7 +7,7 @@
  * together (one transaction, an acknowledged publish), so a crash replays at most the batch
  * in flight. Batches are handled one at a time, in position order.
  */
-import { nextTurn } from '@runledger/domain';
+import { nextTurn } from '@runledger/domain/time-slices';
 import type { EventStoreReader, RecordedEvent, Subscription } from './event-store.port';
 import { PositionGate } from './position-gate';
 

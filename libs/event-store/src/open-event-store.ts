@@ -1,7 +1,6 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { StoreUnavailableError, type EventStore } from './event-store.port';
-import { EsdbEventStore } from './esdb.event-store';
 import { SqliteEventStore, type SqliteSynchronous, type SqliteWriter } from './sqlite.event-store';
 
 export interface StoreSettings {
@@ -17,7 +16,13 @@ export const SQLITE_FILE = 'runledger.db';
 
 /** The one place that chooses the adapter, for the service and for the CLI alike. */
 export function openEventStore(settings: StoreSettings): EventStore {
-  if (settings.eventStoreUrl) return EsdbEventStore.connect(settings.eventStoreUrl);
+  if (settings.eventStoreUrl) {
+    // Loaded only here: the EventStoreDB client (gRPC) takes ~0.2 s to load, which the
+    // projector's worker thread would otherwise pay on every start over a SQLite log.
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { EsdbEventStore } = require('./esdb.event-store') as typeof import('./esdb.event-store');
+    return EsdbEventStore.connect(settings.eventStoreUrl);
+  }
   mkdirSync(settings.dataDir, { recursive: true });
   return new SqliteEventStore({
     file: join(settings.dataDir, SQLITE_FILE),

@@ -11,7 +11,7 @@
 import Database, { type Database as Db, type Statement } from 'better-sqlite3';
 import { EventEmitter } from 'node:events';
 import { Worker } from 'node:worker_threads';
-import { eventIdScope } from '@runledger/domain';
+import { eventIdScope } from '@runledger/domain/stream-names';
 import {
   StoreUnavailableError,
   type AppendOptions,

@@ -14,7 +14,7 @@ import {
   eventIdScope,
   receiptStream,
   runStream,
-} from '@runledger/domain';
+} from '@runledger/domain/stream-names';
 
 interface LegacyRow {
   position: number;

@@ -9,23 +9,25 @@
  * behind a catch-up for more than a slice. Under steady load the processor gathers batches
  * (GATHER_UNDER_LOAD), so commits come at most every 50 ms rather than every few events.
  */
+// Modules, not the libraries' indexes: this file runs in the projector's worker thread, which
+// starts in ~0.1 s this way and took ~0.7 s with Nest, class-validator and the EventStoreDB
+// client (the indexes bring in ~1,000 modules, this ~40).
 import {
-  RUN_STREAM_PREFIX,
   applyToRows,
-  forEachInSlices,
   threadKey,
   threadOf,
   type ProjectedEvent,
   type ThreadRows,
-} from '@runledger/domain';
+} from '@runledger/domain/projections';
+import { RUN_STREAM_PREFIX } from '@runledger/domain/stream-names';
+import { forEachInSlices } from '@runledger/domain/time-slices';
 import {
   CheckpointedProcessor,
   GATHER_UNDER_LOAD,
   type BatchHandler,
-  type EventStoreReader,
   type ProcessorObserver,
-  type RecordedEvent,
-} from '@runledger/event-store';
+} from '@runledger/event-store/checkpointed-processor';
+import type { EventStoreReader, RecordedEvent } from '@runledger/event-store/event-store.port';
 import type { ReadModelWriter } from './read-model.port';
 
 export type ProjectorObserver = ProcessorObserver;

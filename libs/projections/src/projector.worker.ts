@@ -5,7 +5,8 @@
  */
 import { setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
-import { openEventStore, SqliteEventStore } from '@runledger/event-store';
+import { openEventStore } from '@runledger/event-store/open-event-store';
+import { SqliteEventStore } from '@runledger/event-store/sqlite.event-store';
 import { Projector } from './projector';
 import { ReadModelStore } from './read-model.store';
 import type { FromProjector, ProjectorWorkerData, ToProjector } from './projector-thread';

@@ -20,7 +20,7 @@
  * tool parts and lookups. A thread it created itself has every row in memory, so a lookup
  * that misses there (a new tool call, a new message id) misses without asking SQLite.
  */
-import { Checkpoints } from '@runledger/event-store';
+import { Checkpoints } from '@runledger/event-store/checkpoints';
 import Database, { type Database as Db } from 'better-sqlite3';
 import {
   countRuns,
@@ -41,7 +41,7 @@ import {
   type ToolPart,
   type UIMessage,
   type UIMessagePart,
-} from '@runledger/domain';
+} from '@runledger/domain/projections';
 import type {
   MessagePage,
   ReadModelWriter,
