@@ -165,6 +165,24 @@ describe('OpenAPI at /docs-json', () => {
     }
   });
 
+  it('gives every page size its maximum, the one the route enforces', async () => {
+    const limits = operations().flatMap(({ key, op }) =>
+      (op.parameters as { name: string; in: string; schema?: { maximum?: unknown } }[])
+        .filter((param) => param.in === 'query' && param.name === 'limit')
+        .map((param) => ({ key, maximum: param.schema?.maximum })),
+    );
+    expect(limits.length).toBeGreaterThanOrEqual(4);
+    for (const limit of limits)
+      expect(limit).toEqual({ key: limit.key, maximum: expect.any(Number) });
+    const thread = limits.find((limit) => limit.key === 'get /v1/threads/{threadId}')!;
+    const over = await app
+      .http()
+      .get(`/v1/threads/any?limit=${Number(thread.maximum) + 1}`)
+      .set(app.auth());
+    expect(over.status).toBe(400);
+    expect(JSON.stringify(over.body)).toContain(`${String(thread.maximum)}`);
+  });
+
   it('serves streams as text/event-stream with Last-Event-ID and ?from=, replay as NDJSON', () => {
     for (const path of ['/v1/runs/{runId}/stream', '/v1/threads/{threadId}/stream']) {
       const op = doc.paths[path].get;

@@ -103,7 +103,11 @@ export class ThreadsController {
     errors: [400, 404, 414, 429, 503],
   })
   @ApiMinPosition()
-  @ApiOptionalQuery('limit', { type: 'integer', minimum: 1 }, 'Messages in the page')
+  @ApiOptionalQuery(
+    'limit',
+    { type: 'integer', minimum: 1, maximum: THREAD_PAGE_MAX },
+    'Messages in the page',
+  )
   @ApiOptionalQuery('before', { type: 'string' }, 'The `page.before` of a newer page')
   view(
     @CurrentPrincipal() principal: Principal,
