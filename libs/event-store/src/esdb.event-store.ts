@@ -42,6 +42,7 @@ import {
   appendResult,
   AppendTooLargeError,
   EventIdConflictError,
+  PAGE_CHARS,
   StoreUnavailableError,
   WrongExpectedRevisionError,
   type AppendOptions,
@@ -201,24 +202,29 @@ export class EsdbEventStore implements EventStore {
   async readStream(stream: string, options: ReadStreamOptions = {}): Promise<RecordedEvent[]> {
     if (options.maxCount === 0) return [];
     const backwards = options.direction === 'backwards';
-    return this.readStreamOrEmpty(stream, {
-      direction: backwards ? BACKWARDS : FORWARDS,
-      fromRevision:
-        options.fromRevision === undefined
-          ? backwards
-            ? END
-            : START
-          : BigInt(options.fromRevision),
-      ...(options.maxCount === undefined ? {} : { maxCount: options.maxCount }),
-    });
+    return this.readStreamOrEmpty(
+      stream,
+      {
+        direction: backwards ? BACKWARDS : FORWARDS,
+        fromRevision:
+          options.fromRevision === undefined
+            ? backwards
+              ? END
+              : START
+            : BigInt(options.fromRevision),
+        ...(options.maxCount === undefined ? {} : { maxCount: options.maxCount }),
+      },
+      options.maxChars,
+    );
   }
 
   private async readStreamOrEmpty(
     stream: string,
     options: EsdbReadStreamOptions,
+    maxChars?: number,
   ): Promise<RecordedEvent[]> {
     try {
-      return mapResolved(await collect(this.client.readStream(stream, options)));
+      return await collect(this.client.readStream(stream, options), maxChars);
     } catch (error) {
       if (error instanceof StreamNotFoundError) return [];
       throw toStoreError(error);
@@ -245,15 +251,16 @@ export class EsdbEventStore implements EventStore {
     if (options.thread) return this.readAllOfThread(options, options.thread);
     const prefix = options.streamPrefix;
     try {
-      const resolved = await collect(
+      const events = await collect(
         this.client.readAll({
           direction: FORWARDS,
           fromPosition: toReadPosition(options.fromPosition ?? 0),
           filter: userEventsFilter(prefix),
           ...(options.maxCount === undefined ? {} : { maxCount: options.maxCount }),
         }),
+        options.maxChars,
       );
-      return mapResolved(resolved).filter((event) => isVisible(event, prefix));
+      return events.filter((event) => isVisible(event, prefix));
     } catch (error) {
       throw toStoreError(error);
     }
@@ -262,32 +269,39 @@ export class EsdbEventStore implements EventStore {
   /**
    * EventStoreDB has no index on metadata (a server-side projection would be one, but this
    * adapter adds nothing to the server): the thread's events are found by reading the
-   * prefixed log in pages and keeping the thread's, until `maxCount` of them or the end.
+   * prefixed log in pages (bounded by count and by PAGE_CHARS) and keeping the thread's,
+   * until `maxCount` of them, `maxChars` of their JSON after the first, or the end.
    */
   private async readAllOfThread(
     options: ReadAllOptions,
     thread: NonNullable<ReadAllOptions['thread']>,
   ): Promise<RecordedEvent[]> {
     const wanted = options.maxCount ?? Number.POSITIVE_INFINITY;
+    const maxChars = options.maxChars ?? Number.POSITIVE_INFINITY;
     const found: RecordedEvent[] = [];
+    let chars = 0;
     let from = options.fromPosition ?? 0;
     let seen = -1;
     for (;;) {
       const page = await this.readAll({
         fromPosition: from,
         maxCount: THREAD_SCAN_PAGE,
+        maxChars: PAGE_CHARS,
         streamPrefix: options.streamPrefix,
       });
-      for (const event of page) {
-        // Each page starts at the last one's final event (positions are read inclusively).
-        if (event.position <= seen) continue;
+      // Each page but the first starts at the last one's final event (positions are read
+      // inclusively), and a budget never ends a page before the event after its first: a page
+      // with nothing new is the end.
+      const fresh = page.filter((event) => event.position > seen);
+      if (fresh.length === 0) return found;
+      for (const event of fresh) {
         seen = event.position;
         if (!isOfThread(event, thread)) continue;
+        if (found.length > 0 && Number.isFinite(maxChars)) chars += jsonChars(event);
         found.push(event);
-        if (found.length >= wanted) return found;
+        if (found.length >= wanted || chars >= maxChars) return found;
       }
-      if (page.length < THREAD_SCAN_PAGE) return found;
-      from = page[page.length - 1].position;
+      from = seen;
     }
   }
 
@@ -311,15 +325,13 @@ export class EsdbEventStore implements EventStore {
    */
   async headPosition(options: HeadPositionOptions = {}): Promise<number> {
     try {
-      const [last] = mapResolved(
-        await collect(
-          this.client.readAll({
-            direction: BACKWARDS,
-            fromPosition: END,
-            maxCount: 1,
-            filter: userEventsFilter(options.streamPrefix),
-          }),
-        ),
+      const [last] = await collect(
+        this.client.readAll({
+          direction: BACKWARDS,
+          fromPosition: END,
+          maxCount: 1,
+          filter: userEventsFilter(options.streamPrefix),
+        }),
       );
       return last?.position ?? 0;
     } catch (error) {
@@ -471,15 +483,6 @@ function toStoreError(error: unknown): unknown {
   return new StoreUnavailableError(`EventStoreDB did not answer${reason}`, { cause: error });
 }
 
-function mapResolved(resolved: Array<ResolvedEvent | AllStreamResolvedEvent>): RecordedEvent[] {
-  const events: RecordedEvent[] = [];
-  for (const entry of resolved) {
-    const event = toRecorded(entry);
-    if (event) events.push(event);
-  }
-  return events;
-}
-
 function toRecorded(resolved: ResolvedEvent | AllStreamResolvedEvent): RecordedEvent | null {
   const event = resolved.event;
   // A link whose target was deleted resolves to nothing.
@@ -520,8 +523,28 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   );
 }
 
-async function collect<T>(source: AsyncIterable<T>): Promise<T[]> {
-  const items: T[] = [];
-  for await (const item of source) items.push(item);
-  return items;
+/**
+ * The events read, until those after the first hold `maxChars` characters of JSON, the one
+ * that reaches it included (PageBudget); leaving the loop cancels the server's read, so
+ * nothing more is received.
+ */
+async function collect(
+  source: AsyncIterable<ResolvedEvent | AllStreamResolvedEvent>,
+  maxChars = Number.POSITIVE_INFINITY,
+): Promise<RecordedEvent[]> {
+  const events: RecordedEvent[] = [];
+  let chars = 0;
+  for await (const resolved of source) {
+    const event = toRecorded(resolved);
+    if (!event) continue;
+    if (events.length > 0 && Number.isFinite(maxChars)) chars += jsonChars(event);
+    events.push(event);
+    if (chars >= maxChars) break;
+  }
+  return events;
+}
+
+/** The event's data and metadata as JSON, in characters: what a page budget counts. */
+function jsonChars(event: RecordedEvent): number {
+  return JSON.stringify(event.data).length + JSON.stringify(event.metadata).length;
 }

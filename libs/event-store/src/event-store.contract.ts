@@ -271,6 +271,37 @@ export function describeEventStoreContract(
         expect(prefixed.map((e) => (e.data as { n: number }).n)).toEqual([3, 4]);
       });
 
+      it('a page budget ends a read once the events after its first hold maxChars, never before its second', async () => {
+        const thread = { tenantId: `tenant-${randomUUID()}`, threadId: 'th-big' };
+        // About 1,040 characters of JSON each: the second of a page stays under 1,500, the third passes it.
+        const big = (n: number) =>
+          event(n, { data: { n, text: 'x'.repeat(1000) }, metadata: { ...thread } });
+        const appended = await store.append(stream('big'), [0, 1, 2, 3, 4, 5].map(big));
+        const revisions = (read: RecordedEvent[]) => read.map((e) => e.revision);
+
+        expect(revisions(await store.readStream(stream('big'), { maxChars: 1500 }))).toEqual([
+          0, 1, 2,
+        ]);
+        expect(
+          revisions(await store.readStream(stream('big'), { fromRevision: 3, maxChars: 1500 })),
+        ).toEqual([3, 4, 5]);
+        // However small the budget, a page holds the event after its first.
+        expect(revisions(await store.readStream(stream('big'), { maxChars: 1 }))).toEqual([0, 1]);
+        expect(
+          revisions(await store.readStream(stream('big'), { direction: 'backwards', maxChars: 1 })),
+        ).toEqual([5, 4]);
+        const from = appended.events[2].position;
+        expect(
+          revisions(
+            await store.readAll({ fromPosition: from, streamPrefix: stream('big'), maxChars: 1 }),
+          ),
+        ).toEqual([2, 3]);
+        expect(revisions(await store.readAll({ thread, fromPosition: from, maxChars: 1 }))).toEqual(
+          [2, 3],
+        );
+        expect(revisions(await store.readStream(stream('big')))).toEqual([0, 1, 2, 3, 4, 5]);
+      });
+
       it('headPosition with a prefix is the newest event of those streams, not of the log', async () => {
         const prefix = stream('h-');
         expect(await store.headPosition({ streamPrefix: prefix })).toBe(0);

@@ -71,14 +71,32 @@ export interface AppendOptions {
   expectedRevision?: ExpectedRevision;
 }
 
-export interface ReadStreamOptions {
+/**
+ * About what a page of events read at once may hold (characters of JSON, data and metadata),
+ * beyond its last event: a page of events of a megabyte each is a few events, not hundreds
+ * of megabytes in memory and one string too long to serialize.
+ */
+export const PAGE_CHARS = 4 * 1024 * 1024;
+
+/** Bounds a read by the size of what it answers, not only by its count. */
+export interface PageBudget {
+  /**
+   * Stops once the events after the first hold this many characters of JSON (data and
+   * metadata), the event that reaches it included. The first is not counted, so a page read
+   * from an event already seen (an inclusive position) still holds the event after it,
+   * however large either is. A shorter page is then not the end: read on from its last event.
+   */
+  maxChars?: number;
+}
+
+export interface ReadStreamOptions extends PageBudget {
   /** Inclusive. Defaults to 0 forwards, to the last event backwards. */
   fromRevision?: number;
   direction?: 'forwards' | 'backwards';
   maxCount?: number;
 }
 
-export interface ReadAllOptions {
+export interface ReadAllOptions extends PageBudget {
   /** Inclusive; 0 reads from the beginning. */
   fromPosition?: number;
   /** Most events answered (after every filter). */

@@ -13,6 +13,7 @@ import { EventEmitter } from 'node:events';
 import { Worker } from 'node:worker_threads';
 import { eventIdScope } from '@runledger/domain/stream-names';
 import {
+  PAGE_CHARS,
   StoreUnavailableError,
   type AppendOptions,
   type AppendResult,
@@ -94,10 +95,9 @@ interface WriterThread {
 
 /**
  * A subscription reads at most this many rows at once, and stops sooner once their JSON
- * passes READ_CHARS characters: 500 events of a megabyte each would be half a gigabyte.
+ * passes PAGE_CHARS characters: 500 events of a megabyte each would be half a gigabyte.
  */
 const READ_BATCH = 500;
-const READ_CHARS = 4 * 1024 * 1024;
 
 export class SqliteEventStore implements EventStore {
   private readonly db: Db;
@@ -280,13 +280,13 @@ export class SqliteEventStore implements EventStore {
     const limit = options.maxCount ?? Number.MAX_SAFE_INTEGER;
     const rows =
       options.direction === 'backwards'
-        ? this.statements.streamBackwards.all(
+        ? this.statements.streamBackwards.iterate(
             stream,
             options.fromRevision ?? Number.MAX_SAFE_INTEGER,
             limit,
           )
-        : this.statements.stream.all(stream, options.fromRevision ?? 0, limit);
-    return rows.map(toRecorded);
+        : this.statements.stream.iterate(stream, options.fromRevision ?? 0, limit);
+    return takeWithin(rows, options.maxChars).rows.map(toRecorded);
   }
 
   async readByIds(stream: string, ids: readonly string[]): Promise<RecordedEvent[]> {
@@ -303,15 +303,15 @@ export class SqliteEventStore implements EventStore {
     const prefix = options.streamPrefix;
     if (options.thread) {
       const { tenantId, threadId } = options.thread;
-      const rows = this.statements.ofThread.all(tenantId, threadId, from, limit);
-      return rows
-        .filter((row) => prefix === undefined || row[STREAM].startsWith(prefix))
+      const rows = this.statements.ofThread.iterate(tenantId, threadId, from, limit);
+      return takeWithin(rows, options.maxChars)
+        .rows.filter((row) => prefix === undefined || row[STREAM].startsWith(prefix))
         .map(toRecorded);
     }
     const rows = prefix
-      ? this.statements.allPrefixed.all(from, prefix.length, prefix, limit)
-      : this.statements.all.all(from, limit);
-    return rows.map(toRecorded);
+      ? this.statements.allPrefixed.iterate(from, prefix.length, prefix, limit)
+      : this.statements.all.iterate(from, limit);
+    return takeWithin(rows, options.maxChars).rows.map(toRecorded);
   }
 
   async headPosition(options: HeadPositionOptions = {}): Promise<number> {
@@ -344,17 +344,13 @@ export class SqliteEventStore implements EventStore {
 
     /** The next rows after the cursor, and whether more may follow them at once. */
     const readNext = (): { rows: EventRow[]; full: boolean } => {
-      const rows: EventRow[] = [];
-      let chars = 0;
-      for (const row of prefix
-        ? this.statements.afterPrefixed.iterate(cursor, prefix.length, prefix, READ_BATCH)
-        : this.statements.after.iterate(cursor, READ_BATCH)) {
-        rows.push(row);
-        chars += storedLength(row);
-        // Leaving the loop resets the statement: nothing more is read.
-        if (chars >= READ_CHARS) return { rows, full: true };
-      }
-      return { rows, full: rows.length === READ_BATCH };
+      const { rows, full } = takeWithin(
+        prefix
+          ? this.statements.afterPrefixed.iterate(cursor, prefix.length, prefix, READ_BATCH)
+          : this.statements.after.iterate(cursor, READ_BATCH),
+        PAGE_CHARS,
+      );
+      return { rows, full: full || rows.length === READ_BATCH };
     };
     const pollIntervalMs = this.pollIntervalMs;
 
@@ -487,4 +483,23 @@ function toRecorded(row: EventRow): RecordedEvent {
 /** The length of an event's stored JSON (data and metadata): its `size`. */
 function storedLength(row: EventRow): number {
   return row[DATA].length + row[METADATA].length;
+}
+
+/**
+ * Rows until those after the first hold `maxChars` characters of JSON, the row that reaches
+ * it included (PageBudget); `full` when the budget ended the page.
+ */
+function takeWithin(
+  source: Iterable<EventRow>,
+  maxChars = Number.POSITIVE_INFINITY,
+): { rows: EventRow[]; full: boolean } {
+  const rows: EventRow[] = [];
+  let chars = 0;
+  for (const row of source) {
+    if (rows.length > 0) chars += storedLength(row);
+    rows.push(row);
+    // Leaving the loop resets the statement: nothing more is read.
+    if (chars >= maxChars) return { rows, full: true };
+  }
+  return { rows, full: false };
 }

@@ -188,3 +188,43 @@ describe('a thread of many runs in the store', () => {
     }
   });
 });
+
+describe('the export of a thread', () => {
+  it('reads messages in pages bounded in bytes of parts, each message once, in order', () => {
+    const readModels = new ReadModelStore(join(dir, 'export-read-models.db'));
+    try {
+      const log = new ThreadLog();
+      const rows = readModels.openThread(TENANT, THREAD);
+      applyToRows(rows, log.runStarted('r1'));
+      // Texts of 1, 3, 5, ... KB: a page of at most 10,000 bytes holds a few of them.
+      const sizes = Array.from({ length: 12 }, (_, n) => (2 * n + 1) * 1000);
+      for (const [n, size] of sizes.entries()) {
+        applyToRows(
+          rows,
+          log.event('r1', 'message.added', {
+            messageId: `m${n}`,
+            role: 'user',
+            text: `${n}:`.padEnd(size, 'x'),
+          }),
+        );
+      }
+      readModels.commit([rows], 13);
+
+      const pages = [...readModels.allMessages(TENANT, THREAD, 200, 10_000)].map((page) =>
+        page.map(
+          (json) => JSON.parse(json.toString()) as { id: string; parts: { text: string }[] },
+        ),
+      );
+      expect(pages.flat().map((message) => message.id)).toEqual(sizes.map((_, n) => `m${n}`));
+      for (const page of pages) {
+        const bytes = page.reduce((sum, message) => sum + message.parts[0].text.length, 0);
+        // At least one message a page, however large; more only while they fit.
+        expect(page.length === 1 || bytes <= 10_000).toBe(true);
+      }
+      expect(pages.length).toBeGreaterThan(5);
+      expect([...readModels.allMessages(TENANT, THREAD)]).toHaveLength(1);
+    } finally {
+      readModels.close();
+    }
+  });
+});

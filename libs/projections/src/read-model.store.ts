@@ -123,6 +123,9 @@ const TABLES = ['threads', 'thread_messages', 'thread_parts', 'thread_approvals'
 /** SQLite's page cache for this file, in KiB: the store's memory is bounded in bytes. */
 const PAGE_CACHE_KIB = 32 * 1024;
 
+/** Parts' bytes in one page of an export: 200 messages of megabyte tool outputs are not read at once. */
+const EXPORT_PAGE_BYTES = 4 * 1024 * 1024;
+
 /** What the writer keeps of the threads it folded, between commits. */
 const WRITER_CACHE_BYTES = 32 * 1024 * 1024;
 
@@ -233,23 +236,8 @@ export class ReadModelStore implements ReadModelWriter<StoredThreadRows>, Thread
     maxBytes = Number.POSITIVE_INFINITY,
   ): MessagePage {
     const rows = this.statements.pageBefore.all(tenantId, threadId, before, limit + 1);
-    const sizes = new Map<number, number>();
-    if (rows.length > 0 && Number.isFinite(maxBytes)) {
-      // Sizes are read from the part rows' own column, not from their bodies.
-      const { seq: newest } = rows[0];
-      const oldest = rows[Math.min(limit, rows.length) - 1].seq;
-      for (const row of this.statements.bytesBetween.all(tenantId, threadId, oldest, newest)) {
-        sizes.set(row.seq, row.bytes);
-      }
-    }
-    let taken = 0;
-    let bytes = 0;
-    // Newest first, as many as fit; the newest always, however large it is alone.
-    while (taken < Math.min(limit, rows.length)) {
-      bytes += sizes.get(rows[taken].seq) ?? 0;
-      if (taken > 0 && bytes > maxBytes) break;
-      taken += 1;
-    }
+    // Newest first, as many as fit.
+    const taken = this.fitting(tenantId, threadId, rows.slice(0, limit), maxBytes);
     const hasMore = rows.length > taken;
     const page = rows.slice(0, taken).reverse();
     if (page.length === 0) return { messages: [], oldestSeq: null, hasMore: false };
@@ -262,11 +250,20 @@ export class ReadModelStore implements ReadModelWriter<StoredThreadRows>, Thread
     return { messages: messagesJson(page, parts), oldestSeq: page[0].seq, hasMore };
   }
 
-  /** Every message's JSON, oldest first, read a page of rows at a time (for exports). */
-  *allMessages(tenantId: string, threadId: string, pageSize = 200): Generator<Buffer[]> {
+  /**
+   * Every message's JSON, oldest first, read a page of rows at a time (for exports): up to
+   * `pageSize` messages, no more than fit in `maxBytes` of parts (at least one).
+   */
+  *allMessages(
+    tenantId: string,
+    threadId: string,
+    pageSize = 200,
+    maxBytes = EXPORT_PAGE_BYTES,
+  ): Generator<Buffer[]> {
     for (let after = -1; ;) {
-      const rows = this.statements.pageAfter.all(tenantId, threadId, after, pageSize);
-      if (rows.length === 0) return;
+      const read = this.statements.pageAfter.all(tenantId, threadId, after, pageSize);
+      if (read.length === 0) return;
+      const rows = read.slice(0, this.fitting(tenantId, threadId, read, maxBytes));
       const parts = this.statements.partsBetween.all(
         tenantId,
         threadId,
@@ -276,6 +273,37 @@ export class ReadModelStore implements ReadModelWriter<StoredThreadRows>, Thread
       yield messagesJson(rows, parts);
       after = rows[rows.length - 1].seq;
     }
+  }
+
+  /**
+   * How many of `rows`, from the first, fit in `maxBytes` of parts: the first always, however
+   * large it is alone. Sizes come from the part rows' own column, never their bodies.
+   */
+  private fitting(
+    tenantId: string,
+    threadId: string,
+    rows: readonly MessageRow[],
+    maxBytes: number,
+  ): number {
+    if (rows.length === 0 || !Number.isFinite(maxBytes)) return rows.length;
+    const seqs = rows.map((row) => row.seq);
+    const sizes = new Map<number, number>();
+    for (const row of this.statements.bytesBetween.all(
+      tenantId,
+      threadId,
+      Math.min(...seqs),
+      Math.max(...seqs),
+    )) {
+      sizes.set(row.seq, row.bytes);
+    }
+    let taken = 0;
+    let bytes = 0;
+    while (taken < rows.length) {
+      bytes += sizes.get(rows[taken].seq) ?? 0;
+      if (taken > 0 && bytes > maxBytes) break;
+      taken += 1;
+    }
+    return taken;
   }
 
   /** Messages that have text, newest first, read lazily a few at a time (the voice seed). */

@@ -33,6 +33,7 @@ import {
 import {
   EVENT_STORE,
   EventIdConflictError,
+  PAGE_CHARS,
   WrongExpectedRevisionError,
   expectationHolds,
   type AppendResult,
@@ -78,6 +79,7 @@ export interface EventView {
 
 /** Appends that lose a race with another process re-read the head and try again, this often. */
 const MAX_ATTEMPTS = 5;
+/** Events read at once for a replay, an audit or an export; fewer when they are large. */
 const PAGE = 250;
 
 @Injectable()
@@ -422,9 +424,11 @@ export class RunLogService {
     limit: number,
   ): Promise<{ runId: string; events: EventView[]; nextRevision: number | null }> {
     const head = await this.requireRun(tenantId, runId);
+    // A page also ends after about PAGE_CHARS of events: `nextRevision` then goes on from it.
     const recorded = await this.store.readStream(runStream(tenantId, runId), {
       fromRevision,
       maxCount: limit,
+      maxChars: PAGE_CHARS,
     });
     const last = recorded[recorded.length - 1];
     const nextRevision = last && last.revision < head.revision ? last.revision + 1 : null;
@@ -460,9 +464,14 @@ export class RunLogService {
   private async *recorded(tenantId: string, runId: string): AsyncGenerator<RecordedEvent> {
     const stream = runStream(tenantId, runId);
     for (let from = 0; ;) {
-      const page = await this.store.readStream(stream, { fromRevision: from, maxCount: PAGE });
+      const page = await this.store.readStream(stream, {
+        fromRevision: from,
+        maxCount: PAGE,
+        maxChars: PAGE_CHARS,
+      });
+      // A short page is not the end when its events are large: only an empty one is.
+      if (page.length === 0) return;
       yield* page;
-      if (page.length < PAGE) return;
       from = page[page.length - 1].revision + 1;
       // An embedded store answers without I/O: give other requests a turn between pages, so
       // auditing or replaying a long run never holds the event loop for more than a page.

@@ -354,6 +354,45 @@ describe('reading, replay and audit', () => {
   });
 });
 
+describe('a run of large events', () => {
+  // Six events of ~900 KB: more than one page's budget of event JSON (4 MiB).
+  const LARGE = 6;
+  let runId: string;
+  beforeAll(async () => {
+    runId = newRunId();
+    const text = (i: number) => `${i}`.padEnd(900_000, 'x');
+    const res = await append(runId, {
+      events: [started(), ...Array.from({ length: LARGE }, (_, i) => message(text(i)))],
+    });
+    expect(res.status).toBe(201);
+  });
+
+  it('is read in pages bounded in size, not only in count; every event once, in order', async () => {
+    const seen: number[] = [];
+    for (let from: number | null = 0; from !== null;) {
+      const res = await t
+        .http()
+        .get(`/v1/runs/${runId}/events?fromRevision=${from}&limit=1000`)
+        .set(t.auth());
+      expect(res.status).toBe(200);
+      const revisions = (res.body.events as { revision: number }[]).map((e) => e.revision);
+      // The budget, not the limit, ended this page: about 4 MiB of events after its first.
+      expect(revisions.length).toBeLessThanOrEqual(6);
+      seen.push(...revisions);
+      from = res.body.nextRevision as number | null;
+    }
+    expect(seen).toEqual(Array.from({ length: LARGE + 1 }, (_, i) => i));
+  });
+
+  it('is replayed and audited whole, though its pages come short', async () => {
+    const { status, lines } = await t.replay(runId);
+    expect(status).toBe(200);
+    expect(lines.map((l) => l.revision)).toEqual(Array.from({ length: LARGE + 1 }, (_, i) => i));
+    const audit = await t.http().get(`/v1/runs/${runId}/audit`).set(t.auth());
+    expect(audit.body).toMatchObject({ runId, count: LARGE + 1, verified: true });
+  });
+});
+
 describe('access', () => {
   let runId: string;
   beforeAll(async () => {

@@ -45,6 +45,7 @@ import {
 import {
   CheckpointedProcessor,
   EVENT_STORE,
+  PAGE_CHARS,
   type BatchHandler,
   type EventStore,
   type RecordedEvent,
@@ -56,7 +57,7 @@ import { ApiError } from '../http/api-error';
 import { SseClient, type OverflowReason, type StreamWatch } from './sse-client';
 import { eventFrame, startFrame } from './sse-frame';
 
-/** Events read per catch-up page. */
+/** Events read per catch-up page; fewer when they are large (PAGE_CHARS). */
 const CATCH_UP_PAGE = 500;
 /** Events the follower dispatches before it lets I/O (drains, requests) run. */
 const YIELD_EVERY = 64;
@@ -201,6 +202,7 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
       const page = await this.store.readAll({
         fromPosition: from,
         maxCount: CATCH_UP_PAGE,
+        maxChars: PAGE_CHARS,
         ...filter,
       });
       const after = page.filter((event) => event.position > from);
