@@ -21,7 +21,7 @@ import { ApiError } from '../http/api-error';
 import type { ClientCaller } from '../http/caller';
 import { validateBody } from '../http/validate-body';
 import { SseClient, type NotificationsWatch, type OverflowReason } from '../streams/sse-client';
-import { SSE_HEADERS } from '../streams/sse-fanout.service';
+import { takeOverForSse } from '../streams/sse-fanout.service';
 import { startFrame } from '../streams/sse-frame';
 import { SurfaceService } from '../surface/surface.service';
 import { SeenBody } from './seen-body';
@@ -143,10 +143,8 @@ export class NotificationsService implements OnModuleDestroy {
     query: { after?: number; user?: string },
   ): Promise<void> {
     let cursor = query.after ?? (await this.streamStart(caller));
-    reply.hijack();
-    const res = reply.raw;
-    if (res.destroyed || !res.socket || res.socket.destroyed) return;
-    res.writeHead(200, SSE_HEADERS);
+    const res = takeOverForSse(reply);
+    if (res === null) return;
     // The run and thread streams' client: a socket that takes nothing for SSE_SEND_TIMEOUT_MS
     // is sent `overflow` and closed, so a client that never reads cannot hold its slot forever.
     const client = new SseClient<NotificationsWatch>(

@@ -34,6 +34,7 @@
  * - A thread's catch-up reads that thread's events (`readAll` by thread, an index in the
  *   embedded store), never every tenant's log.
  */
+import type { ServerResponse } from 'node:http';
 import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
 import {
   RUN_STREAM_PREFIX,
@@ -64,13 +65,28 @@ const YIELD_EVERY = 64;
 /** Wait before the follower resubscribes after its subscription failed. */
 const RESUBSCRIBE_MS = [100, 500, 1000, 5000];
 
-export const SSE_HEADERS = {
+const SSE_HEADERS = {
   'Content-Type': 'text/event-stream; charset=utf-8',
   'Cache-Control': 'no-cache',
   Connection: 'keep-alive',
   // nginx buffers proxied responses unless told not to, which would hold events back.
   'X-Accel-Buffering': 'no',
 };
+
+/**
+ * Takes over the reply and sends a stream's headers; null when there is no stream to write:
+ * the client is already gone, or asked with HEAD (Fastify serves HEAD with the GET handler),
+ * which gets the headers and an end instead of a stream that never ends.
+ */
+export function takeOverForSse(reply: FastifyReply): ServerResponse | null {
+  reply.hijack();
+  const res = reply.raw;
+  if (res.destroyed || !res.socket || res.socket.destroyed) return null;
+  res.writeHead(200, SSE_HEADERS);
+  if (reply.request.method !== 'HEAD') return res;
+  res.end();
+  return null;
+}
 
 function runKey(tenantId: string, runId: string): string {
   return `r\u0000${tenantId}\u0000${runId}`;
@@ -142,11 +158,10 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
       ]);
     }
     const from = start?.after ?? head;
-    reply.hijack();
-    const res = reply.raw;
-    // Gone while we looked up where to start: its 'close' has passed, nothing would clean up.
-    if (res.destroyed || !res.socket || res.socket.destroyed) return;
-    res.writeHead(200, SSE_HEADERS);
+    // Gone while we looked up where to start (its 'close' has passed, nothing would clean
+    // up), or a HEAD: no client to follow.
+    const res = takeOverForSse(reply);
+    if (res === null) return;
     const client = new SseClient(res, watch, from, {
       maxBufferBytes: this.config.sse.maxBufferBytes,
       sendTimeoutMs: this.config.sse.sendTimeoutMs,

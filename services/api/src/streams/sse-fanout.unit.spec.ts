@@ -167,6 +167,7 @@ function replyTo(res: StalledResponse): FastifyReply {
   return {
     hijack: () => undefined,
     raw: res as unknown as ServerResponse,
+    request: { method: 'GET' },
   } as unknown as FastifyReply;
 }
 

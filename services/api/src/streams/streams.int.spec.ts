@@ -239,6 +239,24 @@ describe('SSE streams', () => {
     atHead.close();
   });
 
+  it('answers HEAD with the headers and an end, holding no stream', async () => {
+    const { runId, threadId } = await startRun(t);
+    const before = await metric(t, 'runledger_sse_clients');
+    for (const path of [
+      `/v1/runs/${runId}/stream`,
+      `/v1/threads/${threadId}/stream`,
+      '/v1/notifications/stream',
+    ]) {
+      const res = await t.http().head(path).set(t.auth()).timeout(5000);
+      expect({ path, status: res.status, type: res.headers['content-type'] }).toEqual({
+        path,
+        status: 200,
+        type: expect.stringMatching(/^text\/event-stream/),
+      });
+    }
+    expect(await metric(t, 'runledger_sse_clients')).toBe(before);
+  });
+
   it('counts open streams and forgets a client that disconnected', async () => {
     const { runId } = await startRun(t);
     const before = await metric(t, 'runledger_sse_clients');
