@@ -502,19 +502,30 @@ export class RunLogService {
 }
 
 /**
- * The truncation stamp is the server's word that it reduced the event: one a client sent
- * would make a faithful record look reduced, or a stamp worthless to an auditor.
+ * The truncation stamp and the original's digest are the server's word that it reduced the
+ * event: either one a client sent would make a faithful record look reduced, or a stamp
+ * worthless to an auditor.
  */
 function clientStampProblems(event: ValidEvent, index: number): Problem[] {
-  if (!('truncation' in event.data)) return [];
-  return [
-    {
-      index,
-      field: 'data.truncation',
-      rule: 'serverOnly',
-      message: 'data.truncation is stamped by the server on an event it reduced; never send it',
-    },
-  ];
+  const stamps = [
+    ['truncation' in event.data, 'data.truncation'],
+    [
+      event.metadata !== undefined && ORIGINAL_DIGEST in event.metadata,
+      `metadata.${ORIGINAL_DIGEST}`,
+    ],
+  ] as const;
+  return stamps.flatMap(([sent, field]) =>
+    sent
+      ? [
+          {
+            index,
+            field,
+            rule: 'serverOnly',
+            message: `${field} is stamped by the server on an event it reduced; never send it`,
+          },
+        ]
+      : [],
+  );
 }
 
 export function assertRunId(runId: string): void {

@@ -288,6 +288,25 @@ describe('other oversize events', () => {
     expect(await recorded(runId)).toHaveLength(1);
   });
 
+  it("refuse a client's digest of an original: on an event it did not reduce it would look reduced", async () => {
+    const runId = await newRun();
+    const res = await append(runId, {
+      events: [
+        {
+          type: 'message.added',
+          data: { messageId: 'm1', role: 'user', text: 'fine' },
+          metadata: { originalSha256: 'f'.repeat(64) },
+        },
+      ],
+    });
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({
+      error: 'validation_failed',
+      details: [{ index: 0, field: 'metadata.originalSha256', rule: 'serverOnly' }],
+    });
+    expect(await recorded(runId)).toHaveLength(1);
+  });
+
   it('leave an event under the limit byte-for-byte unchanged', async () => {
     const runId = await newRun();
     const data = { messageId: 'm1', role: 'user', text: 'ü'.repeat(1000) };
