@@ -414,6 +414,29 @@ describe('body limits', () => {
     },
   );
 
+  it('answers a body declared compressed 415, even when it is plain JSON; identity is taken', async () => {
+    for (const encoding of ['gzip', 'br', 'deflate, gzip']) {
+      const runId = `run-${randomUUID()}`;
+      const res = await t
+        .http()
+        .post(`/v1/runs/${runId}/events`)
+        .set({ ...t.auth(), 'Content-Type': 'application/json', 'Content-Encoding': encoding })
+        .send(RUN_STARTED);
+      expect({ encoding, status: res.status, error: res.body.error }).toEqual({
+        encoding,
+        status: 415,
+        error: 'unsupported_media_type',
+      });
+      expect((await t.http().get(`/v1/runs/${runId}/events`).set(t.auth())).status).toBe(404);
+    }
+    const identity = await t
+      .http()
+      .post(`/v1/runs/run-${randomUUID()}/events`)
+      .set({ ...t.auth(), 'Content-Type': 'application/json', 'Content-Encoding': 'Identity' })
+      .send(RUN_STARTED);
+    expect(identity.status).toBe(201);
+  });
+
   it('takes a body declared as charset UTF-8, however it is spelt', async () => {
     for (const charset of ['utf-8', 'UTF-8', 'utf8', '"utf-8"']) {
       const res = await t

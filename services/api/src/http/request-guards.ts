@@ -324,6 +324,11 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
       stop(charsetRefusal(charset));
       return;
     }
+    const encoding = String(request.headers['content-encoding'] ?? 'identity').trim();
+    if (encoding.toLowerCase() !== 'identity') {
+      stop(encodingRefusal(encoding));
+      return;
+    }
     payload.on('data', onData);
     payload.once('end', onEnd);
     payload.once('error', (error: Error) => stop(isAborted(error) ? requestAborted() : error));
@@ -360,6 +365,19 @@ function charsetRefusal(charset: string): ApiError {
     415,
     'unsupported_media_type',
     `the body is declared as charset ${charset}; JSON bodies must be UTF-8. Nothing was done`,
+  );
+}
+
+/**
+ * Bodies are read as sent: one declared compressed would be parsed as its compressed bytes
+ * (refused as malformed), or, mislabelled plain JSON, accepted under a false header. RFC
+ * 9110 answers an unsupported content coding with 415.
+ */
+function encodingRefusal(encoding: string): ApiError {
+  return new ApiError(
+    415,
+    'unsupported_media_type',
+    `the body is declared as Content-Encoding ${encoding.slice(0, 64)}; send it uncompressed (identity). Nothing was done`,
   );
 }
 
