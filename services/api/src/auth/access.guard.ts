@@ -23,6 +23,11 @@ export class AccessPolicy {
 
   /** Who sends `request`, from its bearer key; otherwise the 401 to answer. Reads no body. */
   identify(request: FastifyRequest): Principal {
+    // Sent twice, node keeps the first and drops the rest, and a proxy may have read another:
+    // which key was meant is not guessed.
+    if ((request.raw.headersDistinct.authorization?.length ?? 0) > 1) {
+      throw new ApiError(401, 'unauthorized', 'send one Authorization header, not several');
+    }
     const header = request.headers.authorization;
     const match = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
     if (!match) throw new ApiError(401, 'unauthorized', 'send Authorization: Bearer <api key>');

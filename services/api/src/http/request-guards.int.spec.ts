@@ -223,6 +223,21 @@ describe('the acting user', () => {
       '{"expectedTurnId":',
     );
     expect(twice.status).toBe(400);
+    // Two keys: which was meant is not guessed, whichever comes first.
+    for (const [first, second] of [
+      [KEYS.tenantA, KEYS.tenantB],
+      [KEYS.tenantA, KEYS.tenantA],
+    ]) {
+      const twoKeys = await rawRequest(
+        t,
+        `${post(steer, {
+          'Content-Length': 16 * 1024 * 1024,
+          Authorization: `Bearer ${first}`,
+        })}\r\nAuthorization: Bearer ${second}`,
+        '{"expectedTurnId":',
+      );
+      expect(twoKeys.status).toBe(401);
+    }
   });
 });
 
