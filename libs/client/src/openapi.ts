@@ -949,7 +949,7 @@ export interface operations {
             query?: {
                 /** @description First revision to read (default 0) */
                 fromRevision?: number;
-                /** @description Most events in the page (default 100); a page of large events ends sooner, after about 4 MiB of their JSON: read on from `nextRevision` until it is null */
+                /** @description Most events in the page (default 100); a page of very large events ends sooner, after 16 MiB of their JSON: read on from `nextRevision` until it is null */
                 limit?: number;
             };
             header?: {

@@ -81,6 +81,15 @@ export interface EventView {
 const MAX_ATTEMPTS = 5;
 /** Events read at once for a replay, an audit or an export; fewer when they are large. */
 const PAGE = 250;
+/**
+ * JSON a page of `GET …/events` holds at most, after its first event. Larger than the 4 MiB
+ * of the internal loops, so that a page is cut only when its events are far larger than a
+ * run's usual ones (1,000 events of 16 KB fit): a client that takes a page shorter than its
+ * `limit` for the end, rather than follow `nextRevision`, still reads whole runs of tool calls.
+ * A page of megabyte events is cut at about 17 of them: serialized in tens of milliseconds,
+ * never a string too long to build.
+ */
+const EVENTS_PAGE_CHARS = 16 * 1024 * 1024;
 
 @Injectable()
 export class RunLogService {
@@ -424,11 +433,11 @@ export class RunLogService {
     limit: number,
   ): Promise<{ runId: string; events: EventView[]; nextRevision: number | null }> {
     const head = await this.requireRun(tenantId, runId);
-    // A page also ends after about PAGE_CHARS of events: `nextRevision` then goes on from it.
+    // A page also ends after EVENTS_PAGE_CHARS of events: `nextRevision` then goes on from it.
     const recorded = await this.store.readStream(runStream(tenantId, runId), {
       fromRevision,
       maxCount: limit,
-      maxChars: PAGE_CHARS,
+      maxChars: EVENTS_PAGE_CHARS,
     });
     const last = recorded[recorded.length - 1];
     const nextRevision = last && last.revision < head.revision ? last.revision + 1 : null;

@@ -75,7 +75,7 @@ export class RunsController {
   @ApiOptionalQuery(
     'limit',
     { type: 'integer', minimum: 1, maximum: 1000 },
-    'Most events in the page (default 100); a page of large events ends sooner, after about 4 MiB of their JSON: read on from `nextRevision` until it is null',
+    'Most events in the page (default 100); a page of very large events ends sooner, after 16 MiB of their JSON: read on from `nextRevision` until it is null',
   )
   read(
     @CurrentPrincipal() principal: Principal,

@@ -355,8 +355,9 @@ describe('reading, replay and audit', () => {
 });
 
 describe('a run of large events', () => {
-  // Six events of ~900 KB: more than one page's budget of event JSON (4 MiB).
-  const LARGE = 6;
+  // Twenty events of ~900 KB: more than one page's budget of event JSON (16 MiB), and of the
+  // replay's and audit's (4 MiB).
+  const LARGE = 20;
   let runId: string;
   beforeAll(async () => {
     runId = newRunId();
@@ -376,12 +377,25 @@ describe('a run of large events', () => {
         .set(t.auth());
       expect(res.status).toBe(200);
       const revisions = (res.body.events as { revision: number }[]).map((e) => e.revision);
-      // The budget, not the limit, ended this page: about 4 MiB of events after its first.
-      expect(revisions.length).toBeLessThanOrEqual(6);
+      // The budget, not the limit, ended this page: about 16 MiB of events after its first.
+      expect(revisions.length).toBeLessThanOrEqual(20);
       seen.push(...revisions);
       from = res.body.nextRevision as number | null;
     }
     expect(seen).toEqual(Array.from({ length: LARGE + 1 }, (_, i) => i));
+  });
+
+  it('still answers a whole `limit` of the usual events in one page (300 of 16 KB: 4.8 MB)', async () => {
+    const usual = newRunId();
+    const text = (i: number) => `${i}`.padEnd(16_000, 'y');
+    expect((await append(usual, { events: [started()] })).status).toBe(201);
+    for (let batch = 0; batch < 3; batch += 1) {
+      const events = Array.from({ length: 100 }, (_, i) => message(text(batch * 100 + i)));
+      expect((await append(usual, { events })).status).toBe(201);
+    }
+    const res = await t.http().get(`/v1/runs/${usual}/events?limit=301`).set(t.auth());
+    expect(res.body.events).toHaveLength(301);
+    expect(res.body.nextRevision).toBeNull();
   });
 
   it('is replayed and audited whole, though its pages come short', async () => {
