@@ -251,7 +251,7 @@ export class EsdbEventStore implements EventStore {
     if (options.thread) return this.readAllOfThread(options, options.thread);
     const prefix = options.streamPrefix;
     try {
-      const events = await collect(
+      return await collect(
         this.client.readAll({
           direction: FORWARDS,
           fromPosition: toReadPosition(options.fromPosition ?? 0),
@@ -259,8 +259,8 @@ export class EsdbEventStore implements EventStore {
           ...(options.maxCount === undefined ? {} : { maxCount: options.maxCount }),
         }),
         options.maxChars,
+        (event) => isVisible(event, prefix),
       );
-      return events.filter((event) => isVisible(event, prefix));
     } catch (error) {
       throw toStoreError(error);
     }
@@ -524,19 +524,20 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 }
 
 /**
- * The events read, until those after the first hold `maxChars` characters of JSON, the one
- * that reaches it included (PageBudget); leaving the loop cancels the server's read, so
- * nothing more is received.
+ * The events read that `keep` keeps, until those after the first hold `maxChars` characters
+ * of JSON, the one that reaches it included (PageBudget); leaving the loop cancels the
+ * server's read, so nothing more is received.
  */
 async function collect(
   source: AsyncIterable<ResolvedEvent | AllStreamResolvedEvent>,
   maxChars = Number.POSITIVE_INFINITY,
+  keep: (event: RecordedEvent) => boolean = () => true,
 ): Promise<RecordedEvent[]> {
   const events: RecordedEvent[] = [];
   let chars = 0;
   for await (const resolved of source) {
     const event = toRecorded(resolved);
-    if (!event) continue;
+    if (!event || !keep(event)) continue;
     if (events.length > 0 && Number.isFinite(maxChars)) chars += jsonChars(event);
     events.push(event);
     if (chars >= maxChars) break;
