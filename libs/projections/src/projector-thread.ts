@@ -95,9 +95,9 @@ export class ProjectorThread implements ProjectionRunner {
 
   /**
    * Resolves once the worker has loaded and follows the log, or has failed to (reported to
-   * the observer first). Loading a worker takes a noticeable while — hundreds of
-   * milliseconds, longer on a busy host, and the worker runs at a lower priority — and until
-   * then nothing is folded: a caller that serves reads waits for this before it says it is up.
+   * the observer first). Loading a worker takes a while (about 0.1 s on an idle 2-core host,
+   * longer on a busy one, as the worker runs at a lower priority) and until then nothing is
+   * folded: a caller that serves reads waits for this before it says it is up.
    */
   start(): Promise<void> {
     if (this.worker) return this.following;

@@ -86,7 +86,7 @@ const PAGE = 250;
  * of the internal loops, so that a page is cut only when its events are far larger than a
  * run's usual ones (1,000 events of 16 KB fit): a client that takes a page shorter than its
  * `limit` for the end, rather than follow `nextRevision`, still reads whole runs of tool calls.
- * A page of megabyte events is cut at about 17 of them: serialized in tens of milliseconds,
+ * A page of megabyte events is cut at about 17 of them (17.7 MB, answered in ~0.2 s here),
  * never a string too long to build.
  */
 const EVENTS_PAGE_CHARS = 16 * 1024 * 1024;
