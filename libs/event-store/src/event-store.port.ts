@@ -205,7 +205,8 @@ export class EventIdConflictError extends Error {
   constructor(
     readonly stream: string,
     readonly eventId: string,
-    detail: string,
+    /** What is wrong with the id, in the client's terms: `appears twice in the batch`. */
+    readonly detail: string,
   ) {
     super(`stream ${stream}: event id ${eventId} ${detail}`);
     this.name = 'EventIdConflictError';

@@ -32,7 +32,9 @@ export function refusalToApiError(error: unknown): ApiError | null {
     return new ApiError(REFUSAL_STATUS[code], code, message, details, fields);
   }
   if (error instanceof EventIdConflictError) {
-    return new ApiError(409, 'event_id_conflict', error.message, { eventId: error.eventId });
+    // The store's message names its stream (`run-<tenant>-<run>`); the client is told of its id.
+    const message = `event id ${error.eventId} ${error.detail}`;
+    return new ApiError(409, 'event_id_conflict', message, { eventId: error.eventId });
   }
   if (error instanceof WrongExpectedRevisionError) {
     const revisions = { expectedRevision: error.expected, actualRevision: error.actual };

@@ -245,6 +245,8 @@ describe('POST /v1/runs/:runId/events', () => {
     const res = await append(runId, { events: [message('altered', id)] });
     expect(res.status).toBe(409);
     expect(res.body).toMatchObject({ error: 'event_id_conflict', details: { eventId: id } });
+    // The client's own words: its event id and what is wrong, not the store's stream name.
+    expect(res.body.message).toBe(`event id ${id} was recorded with different content`);
     const res2 = await append(runId, { expectedRevision: 0, events: [message('altered', id)] });
     expect(res2.status).toBe(409);
     expect(res2.body.error).toBe('event_id_conflict');
