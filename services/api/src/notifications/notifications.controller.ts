@@ -9,6 +9,7 @@ import { clientCaller, type ClientCaller } from '../http/caller';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { queryInt } from '../runs/runs.controller';
 import { StreamSlots } from '../streams/stream-slots';
+import { optionalPosition, streamStart } from '../streams/streams.controller';
 import { NotificationsService } from './notifications.service';
 import { ApiMinPosition, ApiOptionalQuery, ApiRoute } from '../openapi/api-route.decorator';
 import { NotificationPage, SeenRequest, SeenResponse } from '../openapi/schemas';
@@ -30,12 +31,6 @@ function userFilter(caller: ClientCaller, raw: string | string[] | undefined): s
     ]);
   }
   return raw;
-}
-
-/** A position (exclusive); blank is none. A repeated parameter is refused by queryInt. */
-function position(name: string, raw: string | string[] | undefined): number | undefined {
-  if (raw === undefined || (typeof raw === 'string' && raw.trim() === '')) return undefined;
-  return queryInt(name, typeof raw === 'string' ? raw.trim() : raw, 0, 0, Number.MAX_SAFE_INTEGER);
 }
 
 @ApiTags('notifications')
@@ -83,10 +78,10 @@ export class NotificationsController {
   ) {
     const caller = clientCaller(request);
     return this.notifications.list(caller, {
-      after: position('after', after),
+      after: optionalPosition('after', after),
       user: userFilter(caller, user),
       limit: queryInt('limit', limit, 50, 1, 100),
-      minPosition: position('minPosition', minPosition),
+      minPosition: optionalPosition('minPosition', minPosition),
     });
   }
 
@@ -127,7 +122,7 @@ export class NotificationsController {
   ): Promise<void> {
     const caller = clientCaller(request);
     const query = {
-      after: position('Last-Event-ID', lastEventId) ?? position('after', after),
+      after: streamStart(lastEventId, after, 'after'),
       user: userFilter(caller, user),
     };
     // One of the caller's stream slots, like run and thread streams, until it closes.

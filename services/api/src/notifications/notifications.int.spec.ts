@@ -144,6 +144,14 @@ describe('GET /v1/notifications', () => {
     expect(res.body.details[0]).toMatchObject({ field: 'after' });
     expect((await list('?limit=1000')).body.details[0]).toMatchObject({ field: 'limit' });
   });
+
+  it('refuses ?after= past the log head: the items up to it would be skipped unseen', async () => {
+    const { finished } = await blockThenFinish(`t-${randomUUID()}`);
+    const ahead = await list(`?after=${finished + 50}`);
+    expect(ahead.status).toBe(400);
+    expect(ahead.body.details[0]).toMatchObject({ field: 'after', rule: 'max' });
+    expect((await list(`?after=${finished}`)).status).toBe(200);
+  });
 });
 
 describe('seen cursors', () => {
@@ -221,6 +229,22 @@ describe('GET /v1/notifications/stream', () => {
     await resumed.until((r) => items(r).some((i) => i.position === more.finished));
     expect(items(resumed).map((i) => i.threadId)).toEqual([next, next]);
     resumed.close();
+  });
+
+  it('refuses a start past the log head, by Last-Event-ID or ?after=, before it streams', async () => {
+    const { finished } = await blockThenFinish(`t-${randomUUID()}`);
+    for (const [query, headers, field] of [
+      ['', { 'Last-Event-ID': String(finished + 50) }, 'Last-Event-ID'],
+      [`?after=${finished + 50}`, {}, 'after'],
+    ] as const) {
+      const refused = await SseReader.open(t.app, `/v1/notifications/stream${query}`, {
+        ...t.auth(),
+        ...headers,
+      });
+      if (isReader(refused)) throw new Error(`streamed from past the head (${field})`);
+      expect(refused.status).toBe(400);
+      expect(refused.body).toMatchObject({ details: [{ field, rule: 'max' }] });
+    }
   });
 
   it('ends open streams when the app shuts down, so the shutdown does not wait for clients', async () => {

@@ -17,11 +17,11 @@ import {
 import { Metrics } from '@runledger/observability';
 import type { FastifyReply } from 'fastify';
 import { APP_CONFIG, type AppConfig } from '../config/config';
-import { ApiError } from '../http/api-error';
 import type { ClientCaller } from '../http/caller';
+import { headAtLeast } from '../http/head-bound';
 import { validateBody } from '../http/validate-body';
 import { SseClient, type NotificationsWatch, type OverflowReason } from '../streams/sse-client';
-import { takeOverForSse } from '../streams/sse-fanout.service';
+import { takeOverForSse, type StreamStart } from '../streams/sse-fanout.service';
 import { startFrame } from '../streams/sse-frame';
 import { SurfaceService } from '../surface/surface.service';
 import { SeenBody } from './seen-body';
@@ -73,6 +73,7 @@ export class NotificationsService implements OnModuleDestroy {
     caller: ClientCaller,
     query: { after?: number; user?: string; limit: number; minPosition?: number },
   ): Promise<NotificationPage> {
+    await headAtLeast(this.log, 'after', query.after);
     await this.surface.waitFor(query.minPosition);
     const seen = await this.seen(caller);
     const after = query.after ?? seen;
@@ -100,13 +101,7 @@ export class NotificationsService implements OnModuleDestroy {
    */
   async markSeen(caller: ClientCaller, raw: unknown): Promise<{ seen: number }> {
     const { position } = validateBody(SeenBody, raw);
-    const head = await this.log.headPosition();
-    if (position > head) {
-      const rule = `position must be at most the log's head position (${head})`;
-      throw new ApiError(400, 'validation_failed', rule, [
-        { field: 'position', rule: 'max', message: rule },
-      ]);
-    }
+    await headAtLeast(this.log, 'position', position);
     const stream = seenStream(caller);
     for (let attempt = 1; ; attempt += 1) {
       const last = await this.lastSeen(caller);
@@ -140,9 +135,11 @@ export class NotificationsService implements OnModuleDestroy {
   async stream(
     reply: FastifyReply,
     caller: ClientCaller,
-    query: { after?: number; user?: string },
+    query: { after?: StreamStart; user?: string },
   ): Promise<void> {
-    let cursor = query.after ?? (await this.streamStart(caller));
+    const start = query.after;
+    await headAtLeast(this.log, start?.field ?? 'after', start?.after);
+    let cursor = start?.after ?? (await this.streamStart(caller));
     const res = takeOverForSse(reply);
     if (res === null) return;
     // The run and thread streams' client: a socket that takes nothing for SSE_SEND_TIMEOUT_MS

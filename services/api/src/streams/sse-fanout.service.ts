@@ -54,7 +54,7 @@ import {
 import { Metrics } from '@runledger/observability';
 import type { FastifyReply } from 'fastify';
 import { APP_CONFIG, type AppConfig } from '../config/config';
-import { ApiError } from '../http/api-error';
+import { headAtLeast } from '../http/head-bound';
 import { SseClient, type OverflowReason, type StreamWatch } from './sse-client';
 import { eventFrame, startFrame } from './sse-frame';
 
@@ -149,14 +149,7 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
    */
   async open(reply: FastifyReply, watch: StreamWatch, start?: StreamStart): Promise<void> {
     await this.ensureFollowing();
-    const head = await this.store.headPosition();
-    if (start !== undefined && start.after > head) {
-      // Nothing was ever sent with that id: the events up to it would be skipped, unseen.
-      const rule = `${start.field} must be at most the log's head position (${head})`;
-      throw new ApiError(400, 'validation_failed', rule, [
-        { field: start.field, rule: 'max', message: rule },
-      ]);
-    }
+    const head = await headAtLeast(this.store, start?.field ?? 'from', start?.after);
     const from = start?.after ?? head;
     // Gone while we looked up where to start (its 'close' has passed, nothing would clean
     // up), or a HEAD: no client to follow.

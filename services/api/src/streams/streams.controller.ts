@@ -27,27 +27,35 @@ const STREAM_DOC =
   'call against the rate limit; beyond SSE_MAX_STREAMS_PER_KEY or SSE_MAX_STREAMS_PER_TENANT open streams, 429.';
 
 /**
- * Where a stream starts: Last-Event-ID wins over `?from=`, since a browser reconnecting keeps
- * the original URL and sends the last id it received. Both are exclusive positions.
+ * A position a client sent back (a query parameter, a header); undefined when absent or blank.
+ * A repeated parameter is refused by queryInt.
+ */
+export function optionalPosition(
+  field: string,
+  raw: string | string[] | undefined,
+): number | undefined {
+  if (raw === undefined || (typeof raw === 'string' && raw.trim() === '')) return undefined;
+  return queryInt(field, typeof raw === 'string' ? raw.trim() : raw, 0, 0, Number.MAX_SAFE_INTEGER);
+}
+
+/**
+ * Where a stream starts: Last-Event-ID wins over the query's position (`?from=`, or the
+ * notifications' `?after=`), since a browser reconnecting keeps the original URL and sends
+ * the last id it received. Both are exclusive positions.
  */
 export function streamStart(
   lastEventId: string | undefined,
   from: string | string[] | undefined,
+  fromField = 'from',
 ): StreamStart | undefined {
-  const position = (field: string, raw: string | string[] | undefined) =>
-    raw === undefined || (typeof raw === 'string' && raw.trim() === '')
-      ? undefined
-      : {
-          field,
-          after: queryInt(
-            field,
-            typeof raw === 'string' ? raw.trim() : raw,
-            0,
-            0,
-            Number.MAX_SAFE_INTEGER,
-          ),
-        };
-  return position('Last-Event-ID', lastEventId) ?? position('from', from);
+  for (const [field, raw] of [
+    ['Last-Event-ID', lastEventId],
+    [fromField, from],
+  ] as const) {
+    const after = optionalPosition(field, raw);
+    if (after !== undefined) return { field, after };
+  }
+  return undefined;
 }
 
 @ApiTags('streams')
