@@ -228,3 +228,35 @@ describe('the export of a thread', () => {
     }
   });
 });
+
+describe('a read in one snapshot', () => {
+  it("sees one commit throughout: another connection's commit between its reads is not in it", () => {
+    const file = join(dir, 'snapshot-read-models.db');
+    const writer = new ReadModelStore(file);
+    const reader = new ReadModelStore(file);
+    try {
+      const log = new ThreadLog();
+      const say = (n: number) =>
+        log.event('r1', 'message.added', { messageId: `m${n}`, role: 'user', text: `m${n}` });
+      let rows = writer.openThread(TENANT, THREAD);
+      applyToRows(rows, log.runStarted('r1'));
+      applyToRows(rows, say(1));
+      writer.commit([rows], 2);
+
+      // As the projector's worker thread does while a request reads the header, then a page.
+      const [head, page] = reader.snapshot(() => {
+        const header = reader.head(TENANT, THREAD);
+        rows = writer.openThread(TENANT, THREAD);
+        applyToRows(rows, say(2));
+        writer.commit([rows], 3);
+        return [header, reader.messagePage(TENANT, THREAD, 50)] as const;
+      });
+      expect(head?.messageCount).toBe(1);
+      expect(page.messages).toHaveLength(head!.messageCount);
+      expect(reader.messagePage(TENANT, THREAD, 50).messages).toHaveLength(2);
+    } finally {
+      reader.close();
+      writer.close();
+    }
+  });
+});

@@ -54,6 +54,12 @@ export interface MessagePage {
 
 /** What queries read: never a whole long thread at once. */
 export interface ThreadReadModels {
+  /**
+   * Runs `read` on one snapshot of the read models: every read in it sees the same commit,
+   * whatever the projector commits meanwhile (from another thread, through another
+   * connection). For an answer made of several reads, a header and its page, that must agree.
+   */
+  snapshot<T>(read: () => T): T;
   head(tenantId: string, threadId: string): ThreadHead | null;
   /**
    * Up to `limit` messages before the one numbered `before` (the newest when absent), oldest

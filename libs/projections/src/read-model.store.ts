@@ -216,6 +216,11 @@ export class ReadModelStore implements ReadModelWriter<StoredThreadRows>, Thread
     for (const thread of threads) this.written.keep(thread);
   }
 
+  snapshot<T>(read: () => T): T {
+    // A read transaction: WAL mode keeps the commit its first read saw until it ends.
+    return this.db.transaction(read)();
+  }
+
   head(tenantId: string, threadId: string): ThreadHead | null {
     const row = this.statements.head.get(tenantId, threadId);
     if (!row) return null;

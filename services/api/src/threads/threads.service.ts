@@ -54,17 +54,23 @@ export class ThreadsService {
       query.before === undefined
         ? undefined
         : decodeMessageCursor(tenantId, threadId, query.before);
-    const head = await this.load(tenantId, threadId, query.minPosition);
-    // Messages are never removed: a cursor this thread issued is always before its end.
-    if (before !== undefined && before >= head.messageCount) throw invalidMessageCursor();
-    // Header and page are read in one turn of the event loop: no commit falls between them.
-    const page = this.projections.readModels.messagePage(
-      tenantId,
-      threadId,
-      query.limit,
-      before,
-      THREAD_PAGE_MAX_BYTES,
-    );
+    await this.ready(threadId, query.minPosition);
+    const models = this.projections.readModels;
+    // One snapshot: the projector commits from its own thread, and a header read before its
+    // commit with a page read after would show messages past the header's position.
+    const { head, page } = models.snapshot(() => {
+      const head = this.projections.threadHead(tenantId, threadId);
+      // Messages are never removed: a cursor this thread issued is always before its end.
+      if (before !== undefined && before >= head.messageCount) throw invalidMessageCursor();
+      const page = models.messagePage(
+        tenantId,
+        threadId,
+        query.limit,
+        before,
+        THREAD_PAGE_MAX_BYTES,
+      );
+      return { head, page };
+    });
     const header = JSON.stringify(
       threadView(head.header, head.messageCount, {
         limit: query.limit,
@@ -119,10 +125,14 @@ export class ThreadsService {
 
   /** Reads only the newest messages with words, as far back as the seed's budget goes. */
   async voiceSeed(tenantId: string, threadId: string, minPosition?: number) {
-    const head = await this.load(tenantId, threadId, minPosition);
-    return voiceSeedOf(
-      this.projections.readModels.messagesWithTextNewestFirst(tenantId, threadId),
-      head.header.activeTools,
+    await this.ready(threadId, minPosition);
+    const models = this.projections.readModels;
+    // The active tools and the messages as of one commit, as in the thread view.
+    return models.snapshot(() =>
+      voiceSeedOf(
+        models.messagesWithTextNewestFirst(tenantId, threadId),
+        this.projections.threadHead(tenantId, threadId).header.activeTools,
+      ),
     );
   }
 
@@ -159,11 +169,16 @@ export class ThreadsService {
     threadId: string,
     minPosition?: number,
   ): Promise<ThreadHead> {
+    await this.ready(threadId, minPosition);
+    return this.projections.threadHead(tenantId, threadId);
+  }
+
+  /** A well-formed thread id, and the projection past `minPosition`. */
+  private async ready(threadId: string, minPosition?: number): Promise<void> {
     if (!PATH_ID_PATTERN.test(threadId)) {
       throw new ApiError(400, 'invalid_thread_id', `threadId must match ${PATH_ID_PATTERN.source}`);
     }
     await this.projections.waitFor(minPosition);
-    return this.projections.threadHead(tenantId, threadId);
   }
 }
 

@@ -1,0 +1,66 @@
+/**
+ * A thread view is one moment of the thread. The built service folds appends on its
+ * projector's worker thread, which commits through a connection of its own while requests
+ * read: a view whose header is read before a commit and whose page after it would show a
+ * message the header does not count, past the position it answers (a client that then
+ * follows the stream from that position is sent the message again).
+ */
+import { randomUUID } from 'node:crypto';
+import { cleanUpServices, makeTempDir, request, startService } from './support/service-process';
+import { messageAdded, RunsClient, runStarted } from './support/runs-client';
+
+jest.setTimeout(120_000);
+afterAll(cleanUpServices);
+
+const KEY = 'key-consistent-views-0123456789';
+const THREAD = 'consistent-thread';
+const RUN = 'consistent-run';
+const READS = 2000;
+
+interface View {
+  position: number;
+  messageCount: number;
+  messages: { id: string; metadata: { position: number } }[];
+}
+
+it('answers a header and a page of one commit while appends are folded in', async () => {
+  const service = await startService({
+    dataDir: makeTempDir(),
+    apiKeys: `${KEY}=tenant-a:append,read`,
+  });
+  const client = new RunsClient(service.baseUrl, KEY);
+  await client.append(RUN, [runStarted(THREAD)]);
+
+  let appending = true;
+  let appended = 0;
+  // One writer, one message at a time: message m<k> is the thread's k-th (from 0).
+  const writer = (async () => {
+    while (appending) {
+      await client.append(RUN, [messageAdded(randomUUID(), `m${appended}`, 'x', 'assistant')]);
+      appended += 1;
+    }
+  })();
+
+  const torn: string[] = [];
+  try {
+    for (let read = 0; read < READS; read += 1) {
+      const response = await request(service.baseUrl, `/v1/threads/${THREAD}?limit=5`, {
+        key: KEY,
+      });
+      expect(response.status).toBe(200);
+      const view = (await response.json()) as View;
+      const newest = view.messages.at(-1);
+      if (newest === undefined) continue;
+      if (newest.id !== `m${view.messageCount - 1}` || newest.metadata.position > view.position) {
+        torn.push(
+          `messageCount ${view.messageCount}, position ${view.position}; newest ${newest.id} at ${newest.metadata.position}`,
+        );
+      }
+    }
+  } finally {
+    appending = false;
+    await writer;
+  }
+  expect(appended).toBeGreaterThan(100);
+  expect(torn).toEqual([]);
+});
