@@ -65,6 +65,31 @@ describe('steer', () => {
     expect((await types(runId)).filter((type) => type === 'turn.steered')).toHaveLength(1);
   });
 
+  it("succeeds on a busy run: the agent's own appends in flight never make a command fail", async () => {
+    const { runId } = await newRun([turn('turn-1'), approval('ap-busy')]);
+    const say = (n: number) => ({
+      type: 'message.added',
+      data: { messageId: `progress-${n}`, role: 'assistant', text: `step ${n}` },
+    });
+    // An agent streaming progress: its appends queue ahead of the commands in this process.
+    const progress = (from: number) =>
+      Array.from({ length: 8 }, (_, n) =>
+        post(`/v1/runs/${runId}/events`, { events: [say(from + n)] }),
+      );
+    const [steered, resolved] = await Promise.all([
+      post(`/v1/runs/${runId}/steer`, { expectedTurnId: 'turn-1', instruction: 'hurry' }),
+      post(`/v1/runs/${runId}/approvals/ap-busy/resolve`, { decision: 'allow' }),
+      ...progress(0),
+      ...progress(8),
+    ]);
+    expect([steered.status, steered.body.error]).toEqual([201, undefined]);
+    expect([resolved.status, resolved.body.error]).toEqual([201, undefined]);
+    const recorded = await types(runId);
+    expect(recorded.filter((type) => type === 'message.added')).toHaveLength(16);
+    expect(recorded.filter((type) => type === 'turn.steered')).toHaveLength(1);
+    expect(recorded.filter((type) => type === 'approval.resolved')).toHaveLength(1);
+  });
+
   it('answers 409 turn_not_active with the active turn, or null when there is none', async () => {
     const { runId } = await newRun([turn('turn-1')]);
     const stale = await post(`/v1/runs/${runId}/steer`, {

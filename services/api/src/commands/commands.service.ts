@@ -15,6 +15,7 @@ import {
   decideResolve,
   decideSteer,
   decideStop,
+  evolve,
   foldRunState,
   inputDigest,
   normalizeToolInput,
@@ -202,28 +203,34 @@ export class CommandsService {
   }
 
   /**
-   * The one read → decide → append loop: the run's state from its own stream, the decider's
-   * events appended at the revision decided on, and on a lost race a fresh read and decision
-   * (which may now refuse: the turn another steer redirected, the approval another call
-   * resolved).
+   * The one read → decide → append loop. The run is read whole first, outside its append
+   * queue, so a long run's read holds no appends back; then, in the queue, the events since
+   * are folded in, the decider decides, and its events are appended at the revision decided
+   * on (RunLogService.appendDecided). Only another replica can move the run in between: the
+   * append then fails its expected revision, and the loop folds in what it missed and
+   * decides again (which may now refuse: the turn another steer redirected, the approval
+   * another call resolved).
    */
   private async decideAndAppend<R>(
     caller: ClientCaller,
     runId: string,
     decide: (state: RunState) => Outcome<R>,
   ) {
+    const state = await this.state(caller, runId);
     for (let attempt = 1; ; attempt += 1) {
-      const state = await this.state(caller, runId);
-      const outcome = decide(state);
-      if ('refusal' in outcome) throw new RefusedError(outcome.refusal);
       try {
-        const appended = await this.runLog.appendAsServer(
+        return await this.runLog.appendDecided(
           caller.tenantId,
           runId,
-          outcome.events,
-          state.revision,
+          state.revision + 1,
+          (newer) => {
+            for (const event of newer) evolve(state, event);
+            const outcome = decide(state);
+            if ('refusal' in outcome) throw new RefusedError(outcome.refusal);
+            const { events, result } = outcome;
+            return { events, expectedRevision: state.revision, result };
+          },
         );
-        return { result: outcome.result, appended };
       } catch (error) {
         if (!(error instanceof WrongExpectedRevisionError) || attempt >= MAX_ATTEMPTS) throw error;
       }

@@ -67,6 +67,20 @@ export interface AppendResponse {
   truncated?: { id: string; originalByteLength: number }[];
 }
 
+/** An event the server itself writes; the id is the server's too. */
+export interface ServerEvent {
+  type: string;
+  data: Record<string, unknown>;
+  metadata?: Record<string, unknown>;
+}
+
+/** What a command decided to append to a run, at which expected revision, and its answer. */
+export interface ServerDecision<R> {
+  events: ServerEvent[];
+  expectedRevision: ExpectedRevision;
+  result: R;
+}
+
 export interface EventView {
   id: string;
   type: string;
@@ -322,7 +336,41 @@ export class RunLogService {
   async appendAsServer(
     tenantId: string,
     runId: string,
-    events: { type: string; data: Record<string, unknown>; metadata?: Record<string, unknown> }[],
+    events: ServerEvent[],
+    expected: ExpectedRevision,
+  ): Promise<AppendResponse> {
+    return this.serializer.run(runStream(tenantId, runId), () =>
+      this.appendServerEvents(tenantId, runId, events, expected),
+    );
+  }
+
+  /**
+   * Appends what `decide` makes of the run now. It is handed the run's events from
+   * `fromRevision` on (those its caller has not folded yet), read while this process holds
+   * the run's other appends back: none of them lands between what it decided on and what it
+   * appends, however busy the run. Another replica's append still fails the append's
+   * expected revision (WrongExpectedRevisionError), and the caller decides again.
+   */
+  async appendDecided<R>(
+    tenantId: string,
+    runId: string,
+    fromRevision: number,
+    decide: (newer: readonly RecordedEvent[]) => ServerDecision<R>,
+  ): Promise<{ result: R; appended: AppendResponse }> {
+    return this.serializer.run(runStream(tenantId, runId), async () => {
+      const newer: RecordedEvent[] = [];
+      for await (const event of this.recorded(tenantId, runId, fromRevision)) newer.push(event);
+      const { events, expectedRevision, result } = decide(newer);
+      const appended = await this.appendServerEvents(tenantId, runId, events, expectedRevision);
+      return { result, appended };
+    });
+  }
+
+  /** appendAsServer's work, once the run's turn in the serializer has come. */
+  private async appendServerEvents(
+    tenantId: string,
+    runId: string,
+    events: ServerEvent[],
     expected: ExpectedRevision,
   ): Promise<AppendResponse> {
     const valid = events.map((event) => {
@@ -334,9 +382,7 @@ export class RunLogService {
       }
       return { ...check.value, id: uuidv7() };
     });
-    const result = await this.serializer.run(runStream(tenantId, runId), () =>
-      this.appendSerialized(tenantId, runId, valid, expected, false),
-    );
+    const result = await this.appendSerialized(tenantId, runId, valid, expected, false);
     for (const event of valid)
       this.metrics.appendedEvents.inc({ type: event.type, outcome: 'recorded' });
     return {
@@ -470,9 +516,13 @@ export class RunLogService {
     done(verdict);
   }
 
-  private async *recorded(tenantId: string, runId: string): AsyncGenerator<RecordedEvent> {
+  private async *recorded(
+    tenantId: string,
+    runId: string,
+    fromRevision = 0,
+  ): AsyncGenerator<RecordedEvent> {
     const stream = runStream(tenantId, runId);
-    for (let from = 0; ;) {
+    for (let from = fromRevision; ;) {
       const page = await this.store.readStream(stream, {
         fromRevision: from,
         maxCount: PAGE,
