@@ -304,9 +304,13 @@ export class RunLogService {
         // A retry of a batch that was recorded answers its originals, even after the run ended.
         const original = clientIds ? await this.recordedBefore(stream, events) : null;
         if (original) return original;
-        if (refused) throw new RefusedError(decided.refusal);
-        throw new WrongExpectedRevisionError(stream, expected, head?.revision ?? 'no_stream');
+        // The client's own precondition first: a mismatch answers with the actual revision,
+        // which is what a client racing on revisions reads and retries on.
+        if (mismatch) {
+          throw new WrongExpectedRevisionError(stream, expected, head?.revision ?? 'no_stream');
+        }
       }
+      if ('refusal' in decided) throw new RefusedError(decided.refusal);
       const sealed = await mapInSlices(decided.events, (event) => decided.chain.seal(event));
       try {
         const result = await this.store.append(stream, sealed, {

@@ -21,6 +21,11 @@ const message = (text: string, id?: string) => ({
   data: { messageId: randomUUID(), role: 'user', text },
 });
 
+const turnStarted = (turnId: string) => ({
+  type: 'turn.started',
+  data: { turnId, source: 'typed' },
+});
+
 function newRunId(): string {
   return `run-${randomUUID()}`;
 }
@@ -91,10 +96,6 @@ describe('POST /v1/runs/:runId/events', () => {
 
   it('keeps at most one active turn per run: a second turn.started is a 409 naming the active turn', async () => {
     const runId = newRunId();
-    const turnStarted = (turnId: string) => ({
-      type: 'turn.started',
-      data: { turnId, source: 'typed' },
-    });
     await append(runId, { events: [started(), turnStarted('t1'), message('hi')] });
     const second = await append(runId, { events: [message('more'), turnStarted('t2')] });
     expect(second.status).toBe(409);
@@ -277,6 +278,18 @@ describe('POST /v1/runs/:runId/events', () => {
     expect(existsOnNew.status).toBe(409);
     const badValue = await append(runId, { expectedRevision: -1, events: [message('x')] });
     expect(badValue.status).toBe(400);
+  });
+
+  it('answers a mismatch before any run rule the batch would also break: the client retries on the revision', async () => {
+    const runId = newRunId();
+    await append(runId, { events: [started(), turnStarted('turn-1')] });
+    // Racing to create the run, the losers learn it exists at revision 1, not only that it started.
+    const created = await append(runId, { expectedRevision: 'no_stream', events: [started()] });
+    expect(created.status).toBe(409);
+    expect(created.body).toMatchObject({ error: 'wrong_expected_revision', actualRevision: 1 });
+    const stale = await append(runId, { expectedRevision: 0, events: [turnStarted('turn-2')] });
+    expect(stale.body).toMatchObject({ error: 'wrong_expected_revision', actualRevision: 1 });
+    expect(await recorded(runId)).toHaveLength(2);
   });
 
   it('serializes concurrent appends to one run into a contiguous, verified chain', async () => {
