@@ -1,5 +1,6 @@
 /**
- * A thread view is one moment of the thread. The built service folds appends on its
+ * What a client reads or decides on is one moment of the thread, and not an older one than
+ * it asked about. A thread view is one moment of the thread. The built service folds appends on its
  * projector's worker thread, which commits through a connection of its own while requests
  * read: a view whose header is read before a commit and whose page after it would show a
  * message the header does not count, past the position it answers (a client that then
@@ -13,6 +14,7 @@ jest.setTimeout(120_000);
 afterAll(cleanUpServices);
 
 const KEY = 'key-consistent-views-0123456789';
+const APPROVER = 'key-consistent-approver-0123456789';
 const THREAD = 'consistent-thread';
 const RUN = 'consistent-run';
 const READS = 2000;
@@ -63,4 +65,36 @@ it('answers a header and a page of one commit while appends are folded in', asyn
   }
   expect(appended).toBeGreaterThan(100);
   expect(torn).toEqual([]);
+});
+
+it('decides "yes" on the thread as recorded when it is asked, though its view may lag', async () => {
+  const service = await startService({
+    dataDir: makeTempDir(),
+    apiKeys: `${APPROVER}=tenant-a:append,read,approve`,
+  });
+  const client = new RunsClient(service.baseUrl, APPROVER);
+  const answers: string[] = [];
+  for (let round = 0; round < 20; round += 1) {
+    const threadId = `asked-${round}`;
+    await client.append(`asking-${round}`, [
+      runStarted(threadId),
+      {
+        type: 'approval.requested',
+        data: {
+          approvalId: `ap-${round}`,
+          toolCallId: `call-${round}`,
+          toolName: 'deploy',
+          input: {},
+        },
+      },
+    ]);
+    // No ?minPosition: the approval was recorded before the question, so "yes" is its answer.
+    const yes = await request(service.baseUrl, `/v1/threads/${threadId}/approvals/answer`, {
+      key: APPROVER,
+      body: { decision: 'allow' },
+    });
+    const body = (await yes.json()) as { approvalId?: string; error?: string };
+    answers.push(`${yes.status} ${body.approvalId ?? body.error}`);
+  }
+  expect(answers).toEqual(Array.from({ length: 20 }, (_, round) => `201 ap-${round}`));
 });

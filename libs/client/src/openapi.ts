@@ -231,7 +231,7 @@ export interface paths {
         put?: never;
         /**
          * Answer "yes"/"no" safely: resolves the only pending approval of the thread
-         * @description With several pending: 409 `ambiguous` listing up to 4, and nothing is resolved. Accepts `?minPosition=`.
+         * @description With several pending: 409 `ambiguous` listing up to 4, and nothing is resolved. Decides on the thread as of `?minPosition=`, else as of everything recorded before the request.
          */
         post: operations["CommandsController_answer"];
         delete?: never;

@@ -97,7 +97,7 @@ export class CommandsController {
   @ApiOperation({
     summary: 'Answer "yes"/"no" safely: resolves the only pending approval of the thread',
     description:
-      'With several pending: 409 `ambiguous` listing up to 4, and nothing is resolved. Accepts `?minPosition=`.',
+      'With several pending: 409 `ambiguous` listing up to 4, and nothing is resolved. Decides on the thread as of `?minPosition=`, else as of everything recorded before the request.',
   })
   @ApiRoute({
     body: DecisionRequest,

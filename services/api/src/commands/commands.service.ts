@@ -121,7 +121,7 @@ export class CommandsService {
   /** "Yes" names nothing: it resolves the only pending approval, or asks which one. */
   async answer(caller: ClientCaller, threadId: string, raw: unknown, minPosition?: number) {
     validateBody(DecisionBody, raw);
-    await this.projections.waitFor(minPosition);
+    await this.projections.waitForRecorded(minPosition);
     const thread = this.projections.threadHead(caller.tenantId, threadId);
     const answered = decideAnswer(threadId, thread.header.pendingApprovals);
     if ('refusal' in answered) throw new RefusedError(answered.refusal);

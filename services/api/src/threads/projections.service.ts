@@ -216,6 +216,16 @@ export class ProjectionsService
     await awaitReadModel('the projection', this.projector, minPosition, this.config.readWaitMs);
   }
 
+  /**
+   * For a command that decides on a thread view ("yes", a prompt): waits for `minPosition`
+   * when the client names one, else for everything recorded when it is asked. A view that
+   * lags the log by a commit would otherwise not yet hold the approval just recorded ("yes"
+   * answered 404) or the turn just started.
+   */
+  async waitForRecorded(minPosition: number | undefined): Promise<void> {
+    await this.waitFor(minPosition ?? (await this.log.headPosition()));
+  }
+
   private rebuilding(why: string): ApiError {
     const position = this.projector.current();
     const target = this.rebuild!.target;
