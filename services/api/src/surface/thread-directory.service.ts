@@ -5,10 +5,11 @@
  * never taken on a view older than the caller's own last write.
  */
 import { Inject, Injectable } from '@nestjs/common';
-import { PATH_ID_PATTERN, type PromptThread } from '@runledger/domain';
+import type { PromptThread } from '@runledger/domain';
 import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { ApiError } from '../http/api-error';
 import { ProjectionsService } from '../threads/projections.service';
+import { assertThreadId } from '../threads/threads.service';
 import { SurfaceService } from './surface.service';
 
 @Injectable()
@@ -21,20 +22,7 @@ export class ThreadDirectory {
 
   /** The thread as the prompt rule reads it; 404 when the tenant has no such thread. */
   async require(tenantId: string, threadId: string): Promise<PromptThread> {
-    if (!PATH_ID_PATTERN.test(threadId)) {
-      throw new ApiError(
-        400,
-        'invalid_thread_id',
-        `threadId must match ${PATH_ID_PATTERN.source}`,
-        [
-          {
-            field: 'threadId',
-            rule: 'matches',
-            message: `threadId must match ${PATH_ID_PATTERN.source}`,
-          },
-        ],
-      );
-    }
+    assertThreadId(threadId);
     const head = await this.log.headPosition();
     await Promise.all([this.projections.waitFor(head), this.surface.waitFor(head)]);
     // The header row only: a thread's messages are not needed to know its runs.

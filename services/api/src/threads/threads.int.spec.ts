@@ -133,7 +133,27 @@ describe('GET /v1/threads', () => {
       (other.body.threads as { threadId: string }[]).some((x) => x.threadId.startsWith(prefix)),
     ).toBe(false);
     expect((await t.http().get('/v1/threads?status=asleep').set(t.auth())).status).toBe(400);
-    expect((await t.http().get('/v1/threads?cursor=nonsense').set(t.auth())).status).toBe(400);
+    const badCursor = await t.http().get('/v1/threads?cursor=nonsense').set(t.auth());
+    expect(badCursor.status).toBe(400);
+    expect(badCursor.body).toMatchObject({
+      error: 'invalid_cursor',
+      details: [{ field: 'cursor', rule: 'isCursor' }],
+    });
+  });
+
+  it('refuses a malformed thread id with 400 naming it, on views and commands alike', async () => {
+    const id = encodeURIComponent('bad id!');
+    for (const res of [
+      await t.http().get(`/v1/threads/${id}`).set(t.auth()),
+      await t.http().get(`/v1/threads/${id}/voice-seed`).set(t.auth()),
+      await t.http().post(`/v1/threads/${id}/prompt`).set(t.auth()).send({ text: 'hi' }),
+    ]) {
+      expect(res.status).toBe(400);
+      expect(res.body).toMatchObject({
+        error: 'invalid_thread_id',
+        details: [{ field: 'threadId', rule: 'matches' }],
+      });
+    }
   });
 });
 

@@ -175,11 +175,18 @@ export class ThreadsService {
 
   /** A well-formed thread id, and the projection past `minPosition`. */
   private async ready(threadId: string, minPosition?: number): Promise<void> {
-    if (!PATH_ID_PATTERN.test(threadId)) {
-      throw new ApiError(400, 'invalid_thread_id', `threadId must match ${PATH_ID_PATTERN.source}`);
-    }
+    assertThreadId(threadId);
     await this.projections.waitFor(minPosition);
   }
+}
+
+/** A thread id as a path may carry it; else 400 naming it. */
+export function assertThreadId(threadId: string): void {
+  if (PATH_ID_PATTERN.test(threadId)) return;
+  const rule = `threadId must match ${PATH_ID_PATTERN.source}`;
+  throw new ApiError(400, 'invalid_thread_id', rule, [
+    { field: 'threadId', rule: 'matches', message: rule },
+  ]);
 }
 
 function encodeCursor(item: ThreadListItem): string {
@@ -195,7 +202,10 @@ function decodeCursor(cursor: string): { lastActivityAt: string; threadId: strin
   } catch {
     // Falls through to the same answer as any other cursor this service did not issue.
   }
-  throw new ApiError(400, 'invalid_cursor', 'cursor must be a nextCursor from a previous page');
+  const rule = 'cursor must be a nextCursor from a previous page';
+  throw new ApiError(400, 'invalid_cursor', rule, [
+    { field: 'cursor', rule: 'isCursor', message: rule },
+  ]);
 }
 
 /**
