@@ -6,7 +6,7 @@
 import fc from 'fast-check';
 import { canonicalByteLength, canonicalJson } from './canonical-json';
 import { validateEvent, type Problem } from './event-catalogue';
-import { MODEL_MESSAGE_ROLES } from './event-data.dto';
+import { MODEL_MESSAGE_ROLES, NOT_BLANK_PATTERN } from './event-data.dto';
 import { EVENT_TYPES, type EventType } from './event-types';
 import {
   gateEvent,
@@ -159,10 +159,13 @@ const char = fc.oneof(
   { weight: 1, arbitrary: fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }) },
 );
 const piece = fc.string({ unit: char, minLength: 1, maxLength: 12 });
-/** An id or name: the schema refuses one that is only whitespace. */
+/**
+ * An id or name: the schema refuses one that is only whitespace or invisible format
+ * characters (a binary unit may draw U+E0020, a tag space), by the schema's own rule.
+ */
 const notBlank = fc
   .string({ unit: char, minLength: 1, maxLength: 40 })
-  .filter((text) => /\S/.test(text));
+  .filter((text) => NOT_BLANK_PATTERN.test(text));
 /** Short to ~36,000 characters: a piece repeated, between two pieces. */
 const text = fc
   .tuple(piece, fc.oneof(fc.nat({ max: 8 }), fc.nat({ max: 3000 })), piece)
