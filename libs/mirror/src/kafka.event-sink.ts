@@ -170,6 +170,12 @@ export class KafkaEventSink implements EventSink {
         );
       }
       if (type !== undefined && PRODUCER_RESETS.has(type)) await this.dropProducer();
+      if (type === 'UNKNOWN_TOPIC_OR_PARTITION') {
+        // The topic was deleted under the mirror: the next attempt creates it again (created
+        // once at start, it would otherwise be retried against forever, until a restart).
+        this.topicReady = false;
+        await this.dropProducer();
+      }
       throw error;
     }
   }

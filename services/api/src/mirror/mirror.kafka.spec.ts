@@ -17,6 +17,7 @@ import {
   kafkaClient,
   RunEventCollector,
   uniqueTopic,
+  waitForTopic,
 } from '../../../../test/kafka/kafka-test-support';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 
@@ -210,6 +211,36 @@ describeKafka('the Kafka mirror (real broker)', () => {
       expect(await metric(t, 'runledger_mirror_publish_retries_total')).toBeGreaterThan(0);
     } finally {
       if (brokerDown) broker('start');
+      await consumer.stop();
+      await t.close();
+    }
+  });
+
+  it('creates its topic again when it is deleted under it, and delivers what came meanwhile', async () => {
+    const topic = uniqueTopic('deleted');
+    const t = await startTestApp(mirrorEnv(topic));
+    let consumer = new RunEventCollector(topic);
+    try {
+      const runId = `run-${randomUUID()}`;
+      await append(t, runId, [started(`thread-${runId}`)]);
+      await consumer.start();
+      await consumer.waitForUnique(1, 60_000);
+      await consumer.stop();
+
+      const admin = kafkaClient().admin();
+      await admin.connect();
+      await admin.deleteTopics({ topics: [topic] });
+      await admin.disconnect();
+      await append(t, runId, [message('after the topic was deleted')]);
+
+      // Recreated by the mirror (it is not there while the deletion completes).
+      await waitForTopic(topic, 60_000);
+      consumer = new RunEventCollector(topic);
+      await consumer.start();
+      await consumer.waitForUnique(1, 60_000);
+      expect([...consumer.unique.values()].map((r) => r.event.type)).toContain('message.added');
+      expect((await t.http().get('/health/ready')).status).toBe(200);
+    } finally {
       await consumer.stop();
       await t.close();
     }
