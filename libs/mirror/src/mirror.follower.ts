@@ -20,6 +20,7 @@ import {
   type FollowerLag,
   type RecordedEvent,
 } from '@runledger/event-store';
+import { errorText } from './error-text';
 import { RejectedMessageError, type EventSink } from './event-sink.port';
 import type { MirrorStore, ParkedEvent, ParkRequest } from './mirror.store';
 import {
@@ -512,8 +513,4 @@ function reasonOf(error: UnencodableEventError | RejectedMessageError): string {
   return error instanceof UnencodableEventError
     ? `unencodable: ${error.reason}`
     : `refused by the broker: ${error.reason}`;
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }

@@ -15,6 +15,7 @@ import {
 } from '@nestjs/common';
 import { EVENT_STORE, lagProblem, type EventStore, type FollowerLag } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
+import { errorText } from './error-text';
 import type { EventSink } from './event-sink.port';
 import { KafkaEventSink, topicMaxMessageBytes } from './kafka.event-sink';
 import { MirrorFollower, type MirrorObserver, type PublishFailure } from './mirror.follower';
@@ -89,8 +90,8 @@ export class MirrorService
     // The topic exists from start-up on, so consumers can subscribe before the first event.
     this.sink.prepare?.().catch((error: unknown) =>
       this.logger.warn({
-        msg: 'could not reach Kafka at start-up; publishing will retry',
-        error: error instanceof Error ? error.message : String(error),
+        msg: 'could not connect to Kafka or make its topic ready at start-up; publishing will retry',
+        error: errorText(error),
       }),
     );
     this.logger.log({
@@ -181,7 +182,7 @@ export class MirrorService
       batchSize: failure.batchSize,
       attempt: failure.attempt,
       retryInMs: failure.retryInMs,
-      error: failure.error instanceof Error ? failure.error.message : String(failure.error),
+      error: errorText(failure.error),
     });
   }
 
