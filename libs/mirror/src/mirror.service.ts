@@ -54,6 +54,10 @@ export class MirrorService
   private readonly follower: MirrorFollower;
   private readonly logger = new Logger('mirror');
   private lagTimer: NodeJS.Timeout | null = null;
+  /** Why the sink could not be made ready (connected, its topic there), until it could. */
+  private unprepared: { since: number; error: unknown } | null = null;
+  private prepareTimer: NodeJS.Timeout | null = null;
+  private closed = false;
 
   constructor(
     @Inject(EVENT_STORE) private readonly log: EventStore,
@@ -87,13 +91,7 @@ export class MirrorService
     this.metrics.mirrorParkedNow.set(this.store.parkedCount());
     this.metrics.mirrorUp.set(1);
     this.follower.start();
-    // The topic exists from start-up on, so consumers can subscribe before the first event.
-    this.sink.prepare?.().catch((error: unknown) =>
-      this.logger.warn({
-        msg: 'could not connect to Kafka or make its topic ready at start-up; publishing will retry',
-        error: errorText(error),
-      }),
-    );
+    void this.prepare();
     this.logger.log({
       msg: 'mirroring run events to Kafka',
       brokers: this.settings.brokers.join(','),
@@ -109,8 +107,42 @@ export class MirrorService
     this.lagTimer.unref();
   }
 
+  /**
+   * Connects and makes the topic ready from start-up on, so consumers can subscribe before the
+   * first event, and a destination that cannot be reached (a mistyped KAFKA_BROKERS, a topic
+   * the broker refuses) shows in readiness at once, not only once an event waits on it.
+   * Tried again every MIRROR_RETRY_MAX_MS until it succeeds.
+   */
+  private async prepare(): Promise<void> {
+    if (!this.sink.prepare) return;
+    try {
+      await this.sink.prepare();
+      if (this.unprepared !== null) {
+        this.logger.log({
+          msg: 'Kafka is ready',
+          afterMs: Date.now() - this.unprepared.since,
+        });
+      }
+      this.unprepared = null;
+    } catch (error) {
+      if (this.closed) return;
+      if (this.unprepared === null) {
+        this.logger.warn({
+          msg: 'could not connect to Kafka or make its topic ready; trying again',
+          retryInMs: this.settings.retryMaxMs,
+          error: errorText(error),
+        });
+      }
+      this.unprepared = { since: this.unprepared?.since ?? Date.now(), error };
+      this.prepareTimer = setTimeout(() => void this.prepare(), this.settings.retryMaxMs);
+      this.prepareTimer.unref();
+    }
+  }
+
   async onApplicationShutdown(): Promise<void> {
     if (this.lagTimer) clearInterval(this.lagTimer);
+    this.closed = true;
+    if (this.prepareTimer) clearTimeout(this.prepareTimer);
     await this.follower.stop();
     await this.sink.close();
     this.store.close();
@@ -120,6 +152,10 @@ export class MirrorService
   async problem(): Promise<string | null> {
     const failing = this.follower.problem();
     if (failing !== null) return failing;
+    if (this.unprepared !== null) {
+      const seconds = Math.round((Date.now() - this.unprepared.since) / 1000);
+      return `cannot connect to Kafka or make topic ${this.settings.topic} ready (for ${seconds} s): ${errorText(this.unprepared.error)}`;
+    }
     const behind = await lagProblem(() => this.lag(), this.settings.readyMaxLagMs);
     return behind && `publishing is ${behind}`;
   }

@@ -5,6 +5,7 @@
  * nothing; a poison event is parked, listed, and re-driven while the events after it flow.
  */
 import { randomUUID } from 'node:crypto';
+import { connect, createServer } from 'node:net';
 import { Logger } from '@nestjs/common';
 import { runStream } from '@runledger/domain';
 import { Metrics } from '@runledger/observability';
@@ -19,6 +20,7 @@ import {
   uniqueTopic,
   waitForTopic,
 } from '../../../../test/kafka/kafka-test-support';
+import { freePort } from '../../../../test/support/service-process';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 
 jest.setTimeout(240_000);
@@ -212,6 +214,42 @@ describeKafka('the Kafka mirror (real broker)', () => {
     } finally {
       if (brokerDown) broker('start');
       await consumer.stop();
+      await t.close();
+    }
+  });
+
+  it('is not ready while Kafka cannot be reached, though nothing waits to be published, and is once it can', async () => {
+    // KAFKA_BROKERS names a port nothing listens on, until a proxy to the broker opens there.
+    const port = await freePort();
+    const [brokerHost, brokerPort] = kafkaBrokers()[0].split(':');
+    const t = await startTestApp(
+      mirrorEnv(uniqueTopic('unreachable'), { KAFKA_BROKERS: `127.0.0.1:${port}` }),
+    );
+    const proxy = createServer((socket) => {
+      const upstream = connect(Number(brokerPort), brokerHost);
+      socket.pipe(upstream).pipe(socket);
+      upstream.on('error', () => socket.destroy());
+      socket.on('error', () => upstream.destroy());
+    });
+    try {
+      const readiness = async (status: number) => {
+        const deadline = Date.now() + 30_000;
+        for (;;) {
+          const ready = await t.http().get('/health/ready');
+          if (ready.status === status || Date.now() > deadline) return ready;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      };
+      const down = await readiness(503);
+      expect(down.status).toBe(503);
+      expect(down.body.checks.mirror).toMatch(/cannot connect to Kafka/);
+
+      await new Promise<void>((resolve) => proxy.listen(port, '127.0.0.1', resolve));
+      const up = await readiness(200);
+      expect(up.status).toBe(200);
+      expect(up.body.checks.mirror).toBe('ok');
+    } finally {
+      proxy.close();
       await t.close();
     }
   });
