@@ -103,6 +103,7 @@ function describeField(name: string, rules: Rule[]): Field {
   ) {
     described.push('not blank');
   }
+  if (named('isWellFormed')) described.push('no lone surrogate');
   const maxLength = named('maxLength');
   if (maxLength) described.push(`at most ${String(maxLength.constraints[0])} characters`);
   const min = named('min');
@@ -194,7 +195,8 @@ revision, tenant and run; \`GET /v1/runs/{runId}/audit\` and \`runledger verify\
 - A request body is at most \`BODY_MAX_BYTES\` (default 32 MiB), a batch at most
   \`MAX_EVENTS_PER_APPEND\` events (default 1000). A batch is validated whole and appended
   atomically: one bad event rejects it with a 400 naming each problem.
-- Ids are non-blank strings of at most 256 characters; \`threadId\` (it appears in URLs) matches
+- Ids are non-blank strings of at most 256 characters, with no lone surrogate (a read model's
+  text column could not keep one); \`threadId\` (it appears in URLs) matches
   \`${String(PATH_ID_PATTERN)}\`. Names and labels are at most 1024 characters.
 - Server-only types (\`${[...SERVER_ONLY_TYPES].join('`, `')}\`) are refused on the public append path (403).
 

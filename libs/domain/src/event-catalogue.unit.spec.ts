@@ -422,3 +422,21 @@ describe('validateEventInSlices: a model call of many messages', () => {
     expect(turns).toBeGreaterThan(5);
   });
 });
+
+describe('ids are well-formed Unicode', () => {
+  it('refuses an id holding a lone surrogate: stored as text it would turn into another id', () => {
+    for (const [type, data, field] of [
+      ['message.added', { messageId: 'm\ud800', role: 'user', text: 'hi' }, 'data.messageId'],
+      ['tool.started', { toolCallId: 'c\udc01', toolName: 'sh', input: {} }, 'data.toolCallId'],
+    ] as const) {
+      expect(problemsOf(validateEvent({ type, data }))).toEqual([
+        expect.objectContaining({ field, rule: 'isWellFormed' }),
+      ]);
+    }
+    // A pair is one character, written whole: an emoji is as good an id as any.
+    expect(
+      validateEvent({ type: 'message.added', data: { messageId: 'm😀', role: 'user', text: 'hi' } })
+        .ok,
+    ).toBe(true);
+  });
+});

@@ -23,6 +23,8 @@ import {
   ValidatorConstraint,
   ValidatorConstraintInterface,
   Validate,
+  ValidateBy,
+  buildMessage,
 } from 'class-validator';
 import {
   DECISIONS,
@@ -53,11 +55,31 @@ export function NotBlank(message = '$property must not be blank'): PropertyDecor
   return Matches(NOT_BLANK_PATTERN, { message });
 }
 
+/** UTF-16 with every surrogate in a pair: text any store and any client reads back as sent. */
+export const WELL_FORMED_PATTERN = /^(?:[^\ud800-\udfff]|[\ud800-\udbff][\udc00-\udfff])*$/;
+
+/**
+ * No lone surrogate: the log keeps one (JSON escapes it), but a read model's text column
+ * turns it into U+FFFD, so `m\ud800` and `m\ud801` would become one message id twice.
+ */
+function WellFormed(): PropertyDecorator {
+  return ValidateBy({
+    name: 'isWellFormed',
+    validator: {
+      validate: (value) => typeof value !== 'string' || WELL_FORMED_PATTERN.test(value),
+      defaultMessage: buildMessage(
+        (each) => `${each}$property must be well-formed Unicode (no lone surrogate)`,
+      ),
+    },
+  });
+}
+
 function NonBlankId(): PropertyDecorator {
   return (target, key) => {
     IsString()(target, key);
     NotBlank()(target, key);
     MaxLength(MAX_ID_LENGTH)(target, key);
+    WellFormed()(target, key);
   };
 }
 

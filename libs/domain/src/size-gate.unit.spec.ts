@@ -6,7 +6,7 @@
 import fc from 'fast-check';
 import { canonicalByteLength, canonicalJson } from './canonical-json';
 import { validateEvent, type Problem } from './event-catalogue';
-import { MODEL_MESSAGE_ROLES, NOT_BLANK_PATTERN } from './event-data.dto';
+import { MODEL_MESSAGE_ROLES, NOT_BLANK_PATTERN, WELL_FORMED_PATTERN } from './event-data.dto';
 import { EVENT_TYPES, type EventType } from './event-types';
 import {
   gateEvent,
@@ -166,6 +166,8 @@ const piece = fc.string({ unit: char, minLength: 1, maxLength: 12 });
 const notBlank = fc
   .string({ unit: char, minLength: 1, maxLength: 40 })
   .filter((text) => NOT_BLANK_PATTERN.test(text));
+/** An id is a name with no lone surrogate either: a read model's text column could not keep one. */
+const id = notBlank.filter((text) => WELL_FORMED_PATTERN.test(text));
 /** Short to ~36,000 characters: a piece repeated, between two pieces. */
 const text = fc
   .tuple(piece, fc.oneof(fc.nat({ max: 8 }), fc.nat({ max: 3000 })), piece)
@@ -205,7 +207,7 @@ const tool = fc.record({
 });
 const modelCall = fc.record(
   {
-    callId: notBlank,
+    callId: id,
     model: notBlank,
     messages: fc.array(message, { maxLength: 40 }),
     tools: fc.array(tool, { maxLength: 4 }),
