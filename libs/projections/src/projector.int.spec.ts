@@ -155,6 +155,35 @@ describe('the threads the writer keeps between commits', () => {
   });
 });
 
+describe('what the writer keeps between commits, in bytes', () => {
+  it('counts the memory a kept part takes parsed, not its JSON: an input of many empty objects is ~20× its text', () => {
+    const readModels = new ReadModelStore(join(dir, 'kept-bytes-read-models.db'), {
+      writerCacheBytes: 4 * 1024 * 1024,
+    });
+    try {
+      // An open tool call whose input is 40,000 `{}`: 120 KB of JSON, ~2.5 MB once parsed.
+      const input = { x: Array.from({ length: 40_000 }, () => ({})) };
+      const opened = (threadId: string) => {
+        const log = new ThreadLog(TENANT, threadId);
+        const rows = readModels.openThread(TENANT, threadId);
+        applyToRows(rows, log.runStarted('r1'));
+        applyToRows(rows, log.toolStarted('r1', 'call-1', 'lookup_order', input));
+        readModels.commit([rows], 2);
+        return rows;
+      };
+      const first = opened('kept-a');
+      expect(readModels.openThread(TENANT, 'kept-a')).toBe(first);
+      readModels.commit([first], 2);
+      const second = opened('kept-b');
+      // Two of them are more than the 4 MiB budget: the least recently used one was let go.
+      expect(readModels.openThread(TENANT, 'kept-b')).toBe(second);
+      expect(readModels.openThread(TENANT, 'kept-a')).not.toBe(first);
+    } finally {
+      readModels.close();
+    }
+  });
+});
+
 describe('a thread of many runs in the store', () => {
   it(`keeps the newest ${FINISHED_RUNS_KEPT} finished runs, as the pure fold does, across commits and a reopened store`, () => {
     const file = join(dir, 'many-runs-read-models.db');

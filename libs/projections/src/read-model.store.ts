@@ -574,12 +574,34 @@ interface BufferedPart {
   runId: string | null;
   body: UIMessagePart;
   dirty: boolean;
-  /** Length of the body's JSON when it was last written. */
+  /** What the parsed body holds in memory (heldBytes of its JSON), for a part kept open. */
   bytes: number;
 }
 
 /** About what one lookup entry or kept message costs in memory (key, value, map slot). */
 const ENTRY_BYTES = 160;
+
+/** What each object or array costs parsed, beyond its text (V8, measured: 37–61 bytes). */
+const CONTAINER_BYTES = 64;
+
+/**
+ * About the memory a JSON text takes once parsed, from the text alone: it is what the writer
+ * keeps. Text and numbers take up to twice their JSON; each object or array takes up to
+ * CONTAINER_BYTES more, so an input of 40,000 `{}` (120 KB of JSON, 2.5 MB parsed) is not
+ * counted as 120 KB: threads of such parts filled the projector's heap at a tenth of the
+ * writer's budget.
+ */
+function heldBytes(json: string): number {
+  let containers = 0;
+  for (let i = 0; i < json.length; i += 1) {
+    const code = json.charCodeAt(i);
+    if (code === OPEN_BRACE || code === OPEN_BRACKET) containers += 1;
+  }
+  return 2 * json.length + containers * CONTAINER_BYTES;
+}
+
+const OPEN_BRACE = 0x7b;
+const OPEN_BRACKET = 0x5b;
 
 /** The threads the writer committed, kept for its next batches: least recently used leave first. */
 class WrittenThreads {
@@ -794,7 +816,7 @@ export class StoredThreadRows implements ThreadRows {
   write(): void {
     const { tenantId, threadId, header } = this;
     const headerJson = JSON.stringify(header);
-    this.headerBytes = headerJson.length;
+    this.headerBytes = heldBytes(headerJson);
     this.statements.upsertHead.run(
       tenantId,
       threadId,
@@ -824,6 +846,7 @@ export class StoredThreadRows implements ThreadRows {
       if (!part.dirty) continue;
       const json = JSON.stringify(part.body);
       const tool = isToolPart(part.body) ? part.body : null;
+      const open = isOpenToolPart(part.body);
       this.statements.upsertPart.run(
         tenantId,
         threadId,
@@ -831,12 +854,13 @@ export class StoredThreadRows implements ThreadRows {
         part.location.part,
         part.runId,
         tool?.toolCallId ?? null,
-        isOpenToolPart(part.body) ? 1 : 0,
+        open ? 1 : 0,
         Buffer.byteLength(json),
         json,
       );
       part.dirty = false;
-      part.bytes = json.length;
+      // Only an open tool part is kept past the commit (trim): only its size is needed.
+      part.bytes = open ? heldBytes(json) : 0;
     }
     for (const link of this.linkedApprovals.values()) {
       this.statements.upsertApproval.run(
@@ -916,7 +940,7 @@ export class StoredThreadRows implements ThreadRows {
       const runId = isToolPart(body)
         ? (this.message(location.message).metadata?.runId ?? '')
         : null;
-      part = { location: { ...location }, runId, body, dirty: false, bytes: row.body.length };
+      part = { location: { ...location }, runId, body, dirty: false, bytes: heldBytes(row.body) };
       this.parts.set(key, part);
     }
     return part;
