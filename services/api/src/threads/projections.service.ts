@@ -39,6 +39,14 @@ import { ApiError, awaitReadModel } from '../http/api-error';
 export const READ_MODELS_FILE = 'read-models.db';
 const PROGRESS_LOG_MS = 2000;
 const LAG_REFRESH_MS = 1000;
+/**
+ * A stopped projector is started again from its checkpoint after this, doubling to
+ * RESTART_MAX_MS while it keeps failing before a commit: a passing cause (a worker out of
+ * memory after a burst, a locked or full disk) heals without an operator, and one that does
+ * not costs a retry and a log line a minute at most.
+ */
+const RESTART_FIRST_MS = 1000;
+const RESTART_MAX_MS = 60_000;
 
 /** Logs and exports the progress of a rebuild towards the log head it started from. */
 export class RebuildProgress implements ProjectorObserver {
@@ -93,6 +101,9 @@ export class ProjectionsService
   private rebuild: RebuildProgress | null = null;
   private failure: unknown = null;
   private lagTimer: NodeJS.Timeout | null = null;
+  private restartTimer: NodeJS.Timeout | null = null;
+  private restartInMs = RESTART_FIRST_MS;
+  private shuttingDown = false;
 
   constructor(
     @Inject(EVENT_STORE) private readonly log: EventStore,
@@ -155,7 +166,9 @@ export class ProjectionsService
   }
 
   async onApplicationShutdown(): Promise<void> {
+    this.shuttingDown = true;
     if (this.lagTimer) clearInterval(this.lagTimer);
+    if (this.restartTimer) clearTimeout(this.restartTimer);
     await this.projector.stop();
     this.store.close();
   }
@@ -165,15 +178,39 @@ export class ProjectionsService
     this.metrics.projectorPosition.set(position);
     this.rebuild?.committed(events, position);
     if (this.rebuild?.reached(position)) this.rebuild = null;
+    this.restartInMs = RESTART_FIRST_MS;
   }
 
   failed(error: unknown, position: number): void {
     this.failure = error;
     this.logger.error({
-      msg: 'the projector stopped: a batch could not be applied',
+      msg: 'the projector stopped: a batch could not be applied; it starts again from its checkpoint',
       position,
+      restartInMs: this.restartInMs,
       error: error instanceof Error ? error.stack : String(error),
     });
+    if (this.shuttingDown || this.restartTimer !== null) return;
+    this.restartTimer = setTimeout(() => void this.restart(), this.restartInMs);
+    this.restartTimer.unref();
+    this.restartInMs = Math.min(this.restartInMs * 2, RESTART_MAX_MS);
+  }
+
+  /** Starts a stopped projector again; a failure to start is one more `failed`. */
+  private async restart(): Promise<void> {
+    this.restartTimer = null;
+    if (this.shuttingDown) return;
+    await this.projector.stop();
+    if (this.shuttingDown) return;
+    const failure = this.failure;
+    await this.projector.start();
+    // Following again, with nothing new to fold there is no commit to say so.
+    if (this.failure === failure) {
+      this.failure = null;
+      this.logger.log({
+        msg: 'the projector follows the log again',
+        position: this.projector.current(),
+      });
+    }
   }
 
   /** Null when healthy, else why the read side cannot be trusted to be caught up. */

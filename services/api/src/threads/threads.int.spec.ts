@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { validateUIMessages } from 'ai';
+import Database from 'better-sqlite3';
 import { ReadModelStore } from '@runledger/projections';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 import { READ_MODELS_FILE } from './projections.service';
@@ -208,6 +209,46 @@ describe('voice', () => {
       (await t.http().get(`/v1/threads/${threadId}/tool-results/nope`).set(t.auth())).status,
     ).toBe(404);
   });
+});
+
+describe('a projector that stopped', () => {
+  it('starts again from its checkpoint by itself once the cause has passed, and catches up', async () => {
+    const app = await startTestApp();
+    // Another writer holds the read models' file locked: the projector's next commit fails.
+    const lock = new Database(join(app.config.dataDir, READ_MODELS_FILE), { timeout: 0 });
+    try {
+      lock.exec('BEGIN IMMEDIATE');
+      const threadId = `t-${randomUUID()}`;
+      const { position } = await startRun(threadId, app);
+      let ready = await app.http().get('/health/ready');
+      for (let i = 0; i < 200 && ready.status === 200; i += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        ready = await app.http().get('/health/ready');
+      }
+      expect(ready.status).toBe(503);
+      expect(ready.body.checks.projector).toMatch(/projector stopped/);
+
+      lock.exec('ROLLBACK');
+      const view = await app
+        .http()
+        .get(`/v1/threads/${threadId}?minPosition=${position}`)
+        .set(app.auth());
+      for (let i = 0; i < 100 && (await app.http().get('/health/ready')).status !== 200; i += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect((await app.http().get('/health/ready')).status).toBe(200);
+      const caughtUp =
+        view.status === 200
+          ? view
+          : await app.http().get(`/v1/threads/${threadId}?minPosition=${position}`).set(app.auth());
+      expect(caughtUp.status).toBe(200);
+      expect(caughtUp.body.position).toBeGreaterThanOrEqual(position);
+    } finally {
+      if (lock.inTransaction) lock.exec('ROLLBACK');
+      lock.close();
+      await app.close();
+    }
+  }, 30_000);
 });
 
 describe('rebuild', () => {
