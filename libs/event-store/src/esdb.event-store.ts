@@ -248,7 +248,12 @@ export class EsdbEventStore implements EventStore {
 
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
     if (options.maxCount === 0) return [];
-    if (options.thread) return this.readAllOfThread(options, options.thread);
+    const { thread, stream } = options;
+    if (thread) return this.readAllWhere(options, (event) => isOfThread(event, thread));
+    if (stream !== undefined) {
+      // The server's filter takes a prefix: "run-t-r1" would also pass "run-t-r10".
+      return this.readAllWhere({ ...options, streamPrefix: stream }, (e) => e.stream === stream);
+    }
     const prefix = options.streamPrefix;
     try {
       return await collect(
@@ -268,15 +273,16 @@ export class EsdbEventStore implements EventStore {
 
   /**
    * EventStoreDB has no index on metadata (a server-side projection would be one, but this
-   * adapter adds nothing to the server): the thread's events are found by reading the
-   * prefixed log in pages (bounded by count and by PAGE_CHARS) and keeping the thread's,
-   * until `maxCount` of them, `maxChars` of their JSON after the first, or the end.
+   * adapter adds nothing to the server), and its filter takes stream prefixes: a thread's
+   * events, or one stream's, are found by reading the prefixed log in pages (bounded by count
+   * and by PAGE_CHARS) and keeping those `wanted` takes, until `maxCount` of them, `maxChars`
+   * of their JSON after the first, or the end.
    */
-  private async readAllOfThread(
+  private async readAllWhere(
     options: ReadAllOptions,
-    thread: NonNullable<ReadAllOptions['thread']>,
+    wanted: (event: RecordedEvent) => boolean,
   ): Promise<RecordedEvent[]> {
-    const wanted = options.maxCount ?? Number.POSITIVE_INFINITY;
+    const most = options.maxCount ?? Number.POSITIVE_INFINITY;
     const maxChars = options.maxChars ?? Number.POSITIVE_INFINITY;
     const found: RecordedEvent[] = [];
     let chars = 0;
@@ -296,10 +302,10 @@ export class EsdbEventStore implements EventStore {
       if (fresh.length === 0) return found;
       for (const event of fresh) {
         seen = event.position;
-        if (!isOfThread(event, thread)) continue;
+        if (!wanted(event)) continue;
         if (found.length > 0 && Number.isFinite(maxChars)) chars += jsonChars(event);
         found.push(event);
-        if (found.length >= wanted || chars >= maxChars) return found;
+        if (found.length >= most || chars >= maxChars) return found;
       }
       from = seen;
     }

@@ -248,6 +248,26 @@ export function describeEventStoreContract(
         expect(await store.headPosition()).toBeGreaterThanOrEqual(all[4].position);
       });
 
+      it('readAll of one stream reads only that stream, named exactly, from a position', async () => {
+        const first = await store.append(stream('s-1'), events(2));
+        await store.append(stream('s-10'), events(2));
+        await store.append(stream('s-1'), events(2, 2));
+        const read = await store.readAll({ stream: stream('s-1') });
+        expect(read.map((e) => [e.stream, e.revision])).toEqual([
+          [stream('s-1'), 0],
+          [stream('s-1'), 1],
+          [stream('s-1'), 2],
+          [stream('s-1'), 3],
+        ]);
+        assertStrictlyIncreasing(read);
+        const later = await store.readAll({
+          stream: stream('s-1'),
+          fromPosition: first.events[1].position,
+          maxCount: 2,
+        });
+        expect(later.map((e) => e.revision)).toEqual([1, 2]);
+      });
+
       it('readAll with a thread answers only the events stamped with that tenant and thread, in order', async () => {
         const thread = { tenantId: `tenant-${randomUUID()}`, threadId: 'th-1' };
         const stamped = (n: number, threadId: string, tenantId = thread.tenantId) =>

@@ -103,6 +103,11 @@ export interface ReadAllOptions extends PageBudget {
   maxCount?: number;
   streamPrefix?: string;
   /**
+   * Only this stream's events, named exactly (a run's): the embedded store reads them through
+   * the stream's own index, not the log after the position.
+   */
+  stream?: string;
+  /**
    * Only events whose metadata names this tenant and thread (the server stamps both into
    * every run event). The embedded store reads them through an index.
    */

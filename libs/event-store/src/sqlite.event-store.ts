@@ -14,6 +14,7 @@ import { Worker } from 'node:worker_threads';
 import { eventIdScope } from '@runledger/domain/stream-names';
 import {
   PAGE_CHARS,
+  isOfThread,
   StoreUnavailableError,
   type AppendOptions,
   type AppendResult,
@@ -120,6 +121,7 @@ export class SqliteEventStore implements EventStore {
     after: Statement<[number, number], EventRow>;
     afterPrefixed: Statement<[number, number, string, number], EventRow>;
     ofThread: Statement<[string, string, number, number], EventRow>;
+    ofStream: Statement<[string, number, number], EventRow>;
     headPosition: Statement<[], { position: number | null }>;
     headPositionPrefixed: Statement<[number, string], { position: number }>;
   };
@@ -154,6 +156,9 @@ export class SqliteEventStore implements EventStore {
         `WHERE json_extract(metadata, '$.tenantId') = ? AND json_extract(metadata, '$.threadId') = ?
            AND position >= ? ORDER BY position LIMIT ?`,
       ),
+      // The stream's own index, in revision order (its positions rise with it); the position
+      // is the rowid, which the index holds, so rows before it are skipped in the index.
+      ofStream: events('WHERE stream = ? AND position >= ? ORDER BY revision LIMIT ?'),
       headPosition: this.db.prepare('SELECT MAX(position) AS position FROM events'),
       // Walks back from the tail, so it costs the number of other streams' events at the end.
       headPositionPrefixed: this.db.prepare(
@@ -301,6 +306,17 @@ export class SqliteEventStore implements EventStore {
     const from = options.fromPosition ?? 0;
     const limit = options.maxCount ?? Number.MAX_SAFE_INTEGER;
     const prefix = options.streamPrefix;
+    if (options.stream !== undefined) {
+      const { thread } = options;
+      const rows = this.statements.ofStream.iterate(options.stream, from, limit);
+      return takeWithin(rows, options.maxChars)
+        .rows.map(toRecorded)
+        .filter(
+          (event) =>
+            (prefix === undefined || event.stream.startsWith(prefix)) &&
+            (thread === undefined || isOfThread(event, thread)),
+        );
+    }
     if (options.thread) {
       const { tenantId, threadId } = options.thread;
       const rows = this.statements.ofThread.iterate(tenantId, threadId, from, limit);

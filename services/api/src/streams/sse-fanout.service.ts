@@ -189,10 +189,11 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
 
   private async catchUp(client: SseClient): Promise<void> {
     const { watch } = client;
-    // A run's events all lie in one stream, a thread's are indexed: the store skips the others.
+    // A run's events all lie in one stream, a thread's are indexed: the store skips the others
+    // (not a scan of every tenant's log after the cursor).
     const filter =
       watch.kind === 'run'
-        ? { streamPrefix: runStream(watch.tenantId, watch.runId) }
+        ? { stream: runStream(watch.tenantId, watch.runId) }
         : {
             streamPrefix: RUN_STREAM_PREFIX,
             thread: { tenantId: watch.tenantId, threadId: watch.threadId },

@@ -58,6 +58,7 @@ class MemoryLog {
     const snapshot = this.events
       .filter((e) => e.position >= (options.fromPosition ?? 0))
       .filter((e) => e.stream.startsWith(options.streamPrefix ?? ''))
+      .filter((e) => options.stream === undefined || e.stream === options.stream)
       .slice(0, options.maxCount ?? Infinity);
     if (this.held.has(this.reads)) {
       this.parked = this.reads;
