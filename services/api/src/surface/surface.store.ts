@@ -23,6 +23,7 @@ const SCHEMA = `
     PRIMARY KEY (tenant_id, position)
   );
   CREATE INDEX IF NOT EXISTS notifications_by_position ON notifications (position);
+  CREATE INDEX IF NOT EXISTS notifications_by_thread ON notifications (tenant_id, thread_id, position);
   CREATE TABLE IF NOT EXISTS thread_users (
     tenant_id TEXT NOT NULL,
     user      TEXT NOT NULL,
@@ -50,6 +51,8 @@ const SCHEMA = `
 const FOLDED_TABLES = ['notification_threads', 'notifications', 'thread_users', 'bindings'];
 
 export const SURFACE_CHECKPOINT = 'client-surface';
+/** A user in at most this many threads has their notifications read from those threads. */
+const FEW_THREADS = 1000;
 /** How far the notifications were published to Kafka (notification-publisher.ts). */
 export const PUBLISHED_CHECKPOINT = 'notifications-published';
 
@@ -96,6 +99,11 @@ export class SurfaceStore {
     [string, number, string, number],
     { item: string }
   >;
+  private readonly selectFewThreadsNotifications: Statement<
+    [string, number, string, number],
+    { item: string }
+  >;
+  private readonly countUserThreads: Statement<[string, string], { n: number }>;
   private readonly selectAllNotifications: Statement<
     [number, number],
     { tenant_id: string; item: string }
@@ -122,6 +130,17 @@ export class SurfaceStore {
          SELECT 1 FROM thread_users u
          WHERE u.tenant_id = n.tenant_id AND u.user = ? AND u.thread_id = n.thread_id)
        ORDER BY n.position LIMIT ?`,
+    );
+    // From the user's threads (CROSS JOIN keeps them the outer loop), then sorted.
+    this.selectFewThreadsNotifications = this.db.prepare(
+      `SELECT n.item FROM thread_users u CROSS JOIN notifications n
+       WHERE u.tenant_id = ? AND n.position > ? AND u.user = ?
+         AND n.tenant_id = u.tenant_id AND n.thread_id = u.thread_id
+       ORDER BY n.position LIMIT ?`,
+    );
+    this.countUserThreads = this.db.prepare(
+      `SELECT COUNT(*) AS n FROM (
+         SELECT 1 FROM thread_users WHERE tenant_id = ? AND user = ? LIMIT ${FEW_THREADS + 1})`,
     );
     this.selectAllNotifications = this.db.prepare(
       'SELECT tenant_id, item FROM notifications WHERE position > ? ORDER BY position LIMIT ?',
@@ -209,10 +228,18 @@ export class SurfaceStore {
     tenantId: string,
     query: { after: number; user?: string; limit: number },
   ): Notification[] {
+    const { user, after, limit } = query;
+    // Walking the tenant's notifications and testing each for the user's threads costs the
+    // tenant's notifications after `after` when the user is in few of them (none at all: it
+    // read them all, for every page and every commit a stream woke for). A user in few threads
+    // is read from those threads instead; one in many, whose notifications are many, is
+    // walked, where sorting them all would cost more.
     const rows =
-      query.user === undefined
-        ? this.selectNotifications.all(tenantId, query.after, query.limit)
-        : this.selectUserNotifications.all(tenantId, query.after, query.user, query.limit);
+      user === undefined
+        ? this.selectNotifications.all(tenantId, after, limit)
+        : (this.countUserThreads.get(tenantId, user)?.n ?? 0) <= FEW_THREADS
+          ? this.selectFewThreadsNotifications.all(tenantId, after, user, limit)
+          : this.selectUserNotifications.all(tenantId, after, user, limit);
     return rows.map((row) => JSON.parse(row.item) as Notification);
   }
 

@@ -1,0 +1,60 @@
+/**
+ * The notification view's store on a real file: "what needs me" for one user reads the same
+ * items whichever way the store takes to them (from the user's few threads, or walking the
+ * tenant's notifications for a user in many).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Notification } from '@runledger/domain';
+import { SurfaceStore } from './surface.store';
+
+const dir = mkdtempSync(join(tmpdir(), 'runledger-surface-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+function item(threadId: string, position: number): Notification {
+  return {
+    threadId,
+    runId: `run-${threadId}`,
+    kind: 'blocked',
+    state: 'blocked',
+    title: null,
+    summary: `approval requested in ${threadId}`,
+    position,
+    event: 'approval.requested',
+    eventId: `e-${position}`,
+    recordedAt: new Date(position * 1000).toISOString(),
+  };
+}
+
+it("answers a user's notifications in position order, in few threads or many, and none for a stranger", () => {
+  const store = new SurfaceStore(join(dir, 'client-surface.db'));
+  try {
+    // 3,000 threads, a notification each; "many" is in every other one, "few" in two.
+    const threads = Array.from({ length: 3000 }, (_, i) => `t-${i}`);
+    store.commit({
+      threads: [],
+      notifications: threads.map((threadId, i) => ({ tenantId: 'a', item: item(threadId, i + 1) })),
+      users: [
+        ...threads
+          .filter((_, i) => i % 2 === 0)
+          .map((threadId) => ({ tenantId: 'a', user: 'many', threadId })),
+        { tenantId: 'a', user: 'few', threadId: 't-2999' },
+        { tenantId: 'a', user: 'few', threadId: 't-10' },
+        { tenantId: 'b', user: 'few', threadId: 't-11' },
+      ],
+      bindings: [],
+      position: 3000,
+    });
+    const positions = (user: string, after: number, limit: number) =>
+      store.notifications('a', { user, after, limit }).map((n) => n.position);
+
+    expect(positions('few', 0, 10)).toEqual([11, 3000]);
+    expect(positions('few', 11, 10)).toEqual([3000]);
+    expect(positions('many', 0, 3)).toEqual([1, 3, 5]);
+    expect(positions('many', 2995, 10)).toEqual([2997, 2999]);
+    expect(positions('nobody', 0, 10)).toEqual([]);
+  } finally {
+    store.close();
+  }
+});
