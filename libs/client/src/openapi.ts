@@ -474,6 +474,8 @@ export interface components {
             details?: components["schemas"]["Problem"][] | {
                 [key: string]: unknown;
             };
+            /** @description How many problems there were, when `details` lists only the first: an error body is at most 4 KiB */
+            problemCount?: number;
         };
         Problem: {
             /** @description Index of the event in the batch, when it is one event’s */
@@ -511,6 +513,8 @@ export interface components {
             details?: components["schemas"]["Problem"][] | {
                 [key: string]: unknown;
             };
+            /** @description How many problems there were, when `details` lists only the first: an error body is at most 4 KiB */
+            problemCount?: number;
             /**
              * @description Never dispatch this model call
              * @enum {string}

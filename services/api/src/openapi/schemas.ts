@@ -48,6 +48,11 @@ export class ErrorBody {
     oneOf: [{ type: 'array', items: { $ref: '#/components/schemas/Problem' } }, ANY_OBJECT],
   })
   details?: Problem[] | Record<string, unknown>;
+  @ApiPropertyOptional({
+    description:
+      'How many problems there were, when `details` lists only the first: an error body is at most 4 KiB',
+  })
+  problemCount?: number;
 }
 
 class RecordedRef {
