@@ -439,7 +439,8 @@ function ownerOf(segment: string, known: Record<string, string>): string | 'unkn
 /**
  * Whether the acting user a request names is accepted: naming none (absent or blank) always
  * is; naming one needs a key with act-as, and a name that percent-decodes to 1–128 printable
- * characters, trimmed, not spelled like a key's identity (`key:`).
+ * characters (no controls, separators or format characters but the joiners), trimmed, not
+ * spelled like a key's identity (`key:`).
  */
 function userValid(authorization: string | undefined, value: string | undefined): boolean {
   const sent = value?.trim() ?? '';
@@ -455,7 +456,9 @@ function userValid(authorization: string | undefined, value: string | undefined)
     name !== '' &&
     [...name].length <= 128 &&
     // eslint-disable-next-line no-control-regex
-    !/[\u0000-\u001f\u007f-\u009f]/.test(name) &&
+    !/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(name) &&
+    // Format characters (bidirectional controls, zero-width spaces), but for the joiners.
+    ![...name].some((c) => /\p{Cf}/u.test(c) && c !== '\u200c' && c !== '\u200d') &&
     !name.startsWith('key:')
   );
 }

@@ -85,6 +85,36 @@ describe('actorOf', () => {
   it.each([
     ['too long', { 'x-runledger-user': 'x'.repeat(129) }, 'X-Runledger-User'],
     ['a control character', { 'x-runledger-user': 'al%07ice' }, 'X-Runledger-User'],
+    [
+      'a right-to-left override',
+      { 'x-runledger-user': encodeURIComponent('\u202enimda') },
+      'X-Runledger-User',
+    ],
+    [
+      'a bidirectional isolate',
+      { 'x-runledger-user': encodeURIComponent('ana\u2067x\u2069') },
+      'X-Runledger-User',
+    ],
+    [
+      'a zero-width space',
+      { 'x-runledger-user': encodeURIComponent('a\u200bna') },
+      'X-Runledger-User',
+    ],
+    [
+      'a byte-order mark',
+      { 'x-runledger-user*': `UTF-8''${encodeURIComponent('an\ufeffa')}` },
+      'X-Runledger-User*',
+    ],
+    [
+      'a line separator',
+      { 'x-runledger-user': encodeURIComponent('ana\u2028eve') },
+      'X-Runledger-User',
+    ],
+    [
+      'a tag character',
+      { 'x-runledger-user': encodeURIComponent('ana\u{e0041}') },
+      'X-Runledger-User',
+    ],
     ['broken percent-encoding', { 'x-runledger-user': '%E0%A4%A' }, 'X-Runledger-User'],
     ["a key's own identity", { 'x-runledger-user': 'key:0123456789abcdef' }, 'X-Runledger-User'],
     ['no charset', { 'x-runledger-user*': 'ana' }, 'X-Runledger-User*'],
@@ -105,6 +135,14 @@ describe('actorOf', () => {
       status: 400,
       body: { error: 'validation_failed', details: [{ field }] },
     });
+  });
+
+  it('accepts the joiners that emoji and scripts spell with', () => {
+    for (const name of ['👩\u200d💻 ana', 'می\u200cخواهم']) {
+      expect(actorOf(gateway, sent({ 'x-runledger-user': encodeURIComponent(name) })).name).toBe(
+        name,
+      );
+    }
   });
 
   it('accepts a name of exactly 128 characters', () => {

@@ -507,12 +507,22 @@ export function parseApiKeys(text: string): ApiKey[] {
   });
 }
 
-export const USER_NAME_RULE = `percent-encoded UTF-8 of 1 to ${USER_NAME_MAX} printable characters, not starting with "key:"`;
+export const USER_NAME_RULE = `percent-encoded UTF-8 of 1 to ${USER_NAME_MAX} printable characters (no control, invisible format or bidirectional characters), not starting with "key:"`;
+
+/**
+ * Characters a name may not hold: controls (C0, DEL, C1), line and paragraph separators, and
+ * format characters: bidirectional overrides and isolates, zero-width spaces, the byte-order
+ * mark, tags. A name is shown to people (who decided an approval, whose receipt) and counts a
+ * budget: `\u202Enimda` shows as "admin", and `a\u200Bna` looks like `ana` while being
+ * another user. The zero-width joiner and non-joiner stay: emoji and several scripts
+ * spell with them.
+ */
+const NOT_PRINTABLE = /[\p{Cc}\p{Zl}\p{Zp}]|(?![\u200c\u200d])\p{Cf}/u;
 
 /**
  * A user name from its percent-encoded UTF-8, or null when it is not one: undecodable,
- * blank, too long, holding control characters, or spelled like a key's own identity
- * (`key:<id>`, what a call naming no user is recorded as).
+ * blank, too long, holding a character that is not printable (NOT_PRINTABLE), or spelled
+ * like a key's own identity (`key:<id>`, what a call naming no user is recorded as).
  */
 export function decodeUser(encoded: string): string | null {
   let name: string;
@@ -522,11 +532,7 @@ export function decodeUser(encoded: string): string | null {
   } catch {
     return null;
   }
-  const printable = [...name].every((c) => {
-    const code = c.codePointAt(0)!;
-    return code >= 0x20 && !(code >= 0x7f && code <= 0x9f);
-  });
-  if (name === '' || [...name].length > USER_NAME_MAX || !printable) return null;
+  if (name === '' || [...name].length > USER_NAME_MAX || NOT_PRINTABLE.test(name)) return null;
   return name.startsWith('key:') ? null : name;
 }
 
