@@ -10,6 +10,13 @@ import { openToken, signToken, type SignedTokenCheck } from './signed-token';
 
 export interface StreamTokenClaims {
   tenant: string;
+  /**
+   * Who minted it: the key's id, and the acting user when it was one. The stream is opened as
+   * them, so it spends their rate budget and holds a slot of their key, as with the key itself.
+   * Absent from a token minted before tokens named them, which still opens until it expires.
+   */
+  key?: string;
+  user?: string;
   /** What the token opens: one run's stream, or one thread's. */
   kind: 'run' | 'thread';
   id: string;
@@ -39,6 +46,8 @@ export function verifyStreamToken(
     nowSeconds,
     (claims) =>
       typeof claims.tenant === 'string' &&
+      (claims.key === undefined || typeof claims.key === 'string') &&
+      (claims.user === undefined || typeof claims.user === 'string') &&
       (claims.kind === 'run' || claims.kind === 'thread') &&
       typeof claims.id === 'string',
   );

@@ -3,7 +3,14 @@ import { signReceipt, type ReceiptClaims } from './receipts';
 import { signStreamToken, verifyStreamToken, type StreamTokenClaims } from './stream-tokens';
 
 const SECRET = 'stream-token-test-secret-0123456789abcdef';
-const claims: StreamTokenClaims = { tenant: 'acme', kind: 'thread', id: 'thread-1', exp: 1000 };
+const claims: StreamTokenClaims = {
+  tenant: 'acme',
+  key: '0123456789abcdef',
+  user: 'Ana',
+  kind: 'thread',
+  id: 'thread-1',
+  exp: 1000,
+};
 
 describe('stream tokens', () => {
   it('verifies what it signed, until it expires', () => {
@@ -17,12 +24,14 @@ describe('stream tokens', () => {
     expect(verifyStreamToken(token, SECRET, 0)).toEqual({ ok: false, reason: 'signature' });
   });
 
-  it('refuses any change to the claims: another thread, run, tenant or expiry', () => {
+  it('refuses any change to the claims: another thread, run, tenant, key, user or expiry', () => {
     const [, signature] = signStreamToken(claims, SECRET).split('.');
     for (const changed of [
       { ...claims, id: 'thread-2' },
       { ...claims, kind: 'run' as const },
       { ...claims, tenant: 'other' },
+      { ...claims, key: 'fedcba9876543210' },
+      { ...claims, user: 'Bob' },
       { ...claims, exp: 5000 },
     ]) {
       const forged = `${Buffer.from(JSON.stringify(changed)).toString('base64url')}.${signature}`;
@@ -74,6 +83,8 @@ describe('stream tokens', () => {
     ['another kind of stream', { ...claims, kind: 'receipt' }],
     ['no kind', { ...claims, kind: undefined }],
     ['an id that is not text', { ...claims, id: 7 }],
+    ['a key that is not text', { ...claims, key: 7 }],
+    ['a user that is not text', { ...claims, user: ['Ana'] }],
     ['no expiry', { ...claims, exp: undefined }],
     ['an expiry written as text', { ...claims, exp: '2000' }],
   ])('is malformed when signed with %s', (_what, signed) => {
@@ -81,9 +92,10 @@ describe('stream tokens', () => {
     expect(verifyStreamToken(token, SECRET, 0)).toEqual({ ok: false, reason: 'malformed' });
   });
 
-  it('still opens a token signed before an upgrade: the key derivation does not change', () => {
+  it('still opens a token signed before an upgrade, which names no key: the key derivation does not change', () => {
     const minted =
       'eyJleHAiOjEwMDAsImlkIjoidGhyZWFkLTEiLCJraW5kIjoidGhyZWFkIiwidGVuYW50IjoiYWNtZSJ9.3hDev6ReZJlq2wZxoL_6T80KgVwdsyuJBlpIkJ0EOKk';
-    expect(verifyStreamToken(minted, SECRET, 0)).toEqual({ ok: true, claims });
+    const { key: _key, user: _user, ...unnamed } = claims;
+    expect(verifyStreamToken(minted, SECRET, 0)).toEqual({ ok: true, claims: unnamed });
   });
 });

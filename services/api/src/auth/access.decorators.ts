@@ -7,7 +7,7 @@ import {
 import { RouteConfig } from '@nestjs/platform-fastify';
 import type { FastifyRequest } from 'fastify';
 import type { Scope } from '../config/config';
-import type { Principal } from './principal';
+import type { Actor, Principal } from './principal';
 
 export const ACCESS_KEY = 'runledger:access';
 export type Access = { scope: Scope } | { public: true };
@@ -66,3 +66,10 @@ export const CurrentPrincipal = createParamDecorator(
     return principal;
   },
 );
+
+/** The acting user the AccessGuard settled (`actorOf`): a user, or the key acting as itself. */
+export const CurrentActor = createParamDecorator((_: unknown, context: ExecutionContext): Actor => {
+  const actor = context.switchToHttp().getRequest<FastifyRequest>().actor;
+  if (!actor) throw new Error('CurrentActor used on a route the AccessGuard did not authenticate');
+  return actor;
+});

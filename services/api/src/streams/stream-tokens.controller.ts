@@ -1,7 +1,7 @@
 import { Body, Controller, HttpCode, Post } from '@nestjs/common';
 import { ApiOperation, ApiTags } from '@nestjs/swagger';
-import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
-import type { Principal } from '../auth/principal';
+import { CurrentActor, CurrentPrincipal, RequireScope } from '../auth/access.decorators';
+import type { Actor, Principal } from '../auth/principal';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { ApiRoute } from '../openapi/api-route.decorator';
 import { StreamTokenRequest, StreamTokenResponse } from '../openapi/schemas';
@@ -28,7 +28,11 @@ export class StreamTokensController {
     ok: { status: 201, description: 'The token', type: StreamTokenResponse },
     errors: [400, 403, 404, 429],
   })
-  mint(@CurrentPrincipal() principal: Principal, @Body() body: unknown) {
-    return this.tokens.mint(principal, body);
+  mint(
+    @CurrentPrincipal() principal: Principal,
+    @CurrentActor() actor: Actor,
+    @Body() body: unknown,
+  ) {
+    return this.tokens.mint(principal, actor, body);
   }
 }

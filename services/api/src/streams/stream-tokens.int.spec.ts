@@ -26,9 +26,20 @@ async function startRun(t: TestApp, runId: string, threadId: string, key = KEYS.
   expect(res.status).toBe(201);
 }
 
-async function mint(t: TestApp, body: object, key = KEYS.tenantA) {
-  return t.http().post('/v1/stream-tokens').set(t.auth(key)).send(body);
+async function mint(t: TestApp, body: object, key = KEYS.tenantA, user?: string) {
+  const request = t.http().post('/v1/stream-tokens').set(t.auth(key));
+  return (user === undefined ? request : request.set('X-Runledger-User', user)).send(body);
 }
+
+/** Opens `path` and reads it until its first recorded event, or answers the refusal. */
+async function open(t: TestApp, path: string, headers: Record<string, string> = {}) {
+  const reader = await SseReader.open(t.app, path, headers);
+  if (isReader(reader)) await reader.until((r) => r.recorded().length === 1);
+  return reader;
+}
+
+const statusOf = (reader: SseReader | { status: number }) =>
+  isReader(reader) ? 200 : reader.status;
 
 describe('stream tokens', () => {
   let t: TestApp;
@@ -93,6 +104,7 @@ describe('stream tokens', () => {
     const expired = signStreamToken(
       {
         tenant: 'tenant-a',
+        key: 'k',
         kind: 'thread',
         id: 'thread-1',
         exp: Math.floor(Date.now() / 1000) - 1,
@@ -100,7 +112,7 @@ describe('stream tokens', () => {
       SECRET,
     );
     const forged = signStreamToken(
-      { tenant: 'tenant-a', kind: 'thread', id: 'thread-1', exp: 9_999_999_999 },
+      { tenant: 'tenant-a', key: 'k', kind: 'thread', id: 'thread-1', exp: 9_999_999_999 },
       'another-secret-0123456789abcdef0123',
     );
     for (const [token, reason] of [
@@ -157,6 +169,69 @@ describe('stream tokens', () => {
     }
     const unauthenticated = await t.http().post('/v1/stream-tokens').send({ threadId: 'thread-1' });
     expect(unauthenticated.status).toBe(401);
+  });
+});
+
+describe('a stream opened with a token', () => {
+  it("spends the budget of the user who minted it, not one shared by the tenant's browsers", async () => {
+    const t = await listening({
+      RATE_LIMIT_CALLS: '4',
+      RATE_LIMIT_COSTLY: '1',
+      RATE_LIMIT_SERVICE_CALLS: '4',
+      RATE_LIMIT_SERVICE_COSTLY: '1',
+    });
+    try {
+      await startRun(t, 'run-1', 'thread-1', KEYS.runtimeA);
+      // Ana's key is the user Ana; the gateway names Bob. A mint is a call of each one's.
+      const ana = (await mint(t, { threadId: 'thread-1' }, KEYS.anaA)).body.streamUrl as string;
+      const bob = (await mint(t, { threadId: 'thread-1' }, KEYS.gatewayA, 'bob')).body
+        .streamUrl as string;
+      const opened: number[] = [];
+      for (let i = 0; i < 3; i += 1) {
+        const reader = await open(t, `${ana}&from=0`);
+        opened.push(statusOf(reader));
+        if (isReader(reader)) reader.close();
+      }
+      expect(opened).toEqual([200, 200, 200]);
+      // Bob's browser has its own budget; Ana's fifth call is past hers.
+      for (let i = 0; i < 2; i += 1) {
+        const reader = await open(t, `${bob}&from=0`);
+        expect(statusOf(reader)).toBe(200);
+        if (isReader(reader)) reader.close();
+      }
+      const refused = await open(t, `${ana}&from=0`);
+      expect(refused).toMatchObject({ status: 429, body: { error: 'rate_limited' } });
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('holds a stream slot of the key that minted it', async () => {
+    const t = await listening({ SSE_MAX_STREAMS_PER_KEY: '2' });
+    const readers: SseReader[] = [];
+    try {
+      await startRun(t, 'run-1', 'thread-1', KEYS.runtimeA);
+      for (let i = 0; i < 2; i += 1) {
+        const reader = await open(t, '/v1/threads/thread-1/stream?from=0', t.auth(KEYS.anaA));
+        if (!isReader(reader)) throw new Error(`answered ${reader.status}`);
+        readers.push(reader);
+      }
+      // Ana's key has its two streams open: a token it mints opens no third.
+      const ana = (await mint(t, { threadId: 'thread-1' }, KEYS.anaA)).body.streamUrl as string;
+      expect(await open(t, `${ana}&from=0`)).toMatchObject({
+        status: 429,
+        body: { error: 'too_many_streams' },
+      });
+      // Another key's token holds a slot of its own key, which has none open.
+      const gateway = (await mint(t, { threadId: 'thread-1' }, KEYS.gatewayA, 'bob')).body
+        .streamUrl as string;
+      const reader = await open(t, `${gateway}&from=0`);
+      expect(statusOf(reader)).toBe(200);
+      if (isReader(reader)) readers.push(reader);
+    } finally {
+      for (const reader of readers) reader.close();
+      await t.close();
+    }
   });
 });
 

@@ -7,7 +7,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { signStreamToken, verifyStreamToken, type StreamTokenClaims } from '@runledger/domain';
 import { provisionSecretFile } from '../auth/api-keys';
-import type { Principal } from '../auth/principal';
+import type { Actor, Principal } from '../auth/principal';
 import { RECEIPT_SECRET_FILE } from '../commands/commands.service';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
@@ -36,13 +36,26 @@ export class StreamTokens {
       config.receiptSecret ?? provisionSecretFile(config.dataDir, RECEIPT_SECRET_FILE).value;
   }
 
-  /** A token for the run or thread `body` names, once the caller's tenant is known to own it. */
-  async mint(principal: Principal, body: unknown): Promise<MintedStreamToken> {
+  /**
+   * A token for the run or thread `body` names, once the caller's tenant is known to own it.
+   * It carries who minted it (`actor`, through `principal`'s key), whom the stream then counts as.
+   */
+  async mint(principal: Principal, actor: Actor, body: unknown): Promise<MintedStreamToken> {
     const { kind, id } = target(body);
     if (kind === 'run') await this.runLog.requireRun(principal.tenantId, id);
     else await this.threads.require(principal.tenantId, id);
     const exp = Math.floor(Date.now() / 1000) + this.config.streamTokenTtlSeconds;
-    const token = signStreamToken({ tenant: principal.tenantId, kind, id, exp }, this.secret);
+    const token = signStreamToken(
+      {
+        tenant: principal.tenantId,
+        key: principal.keyId,
+        ...(actor.kind === 'user' ? { user: actor.name } : {}),
+        kind,
+        id,
+        exp,
+      },
+      this.secret,
+    );
     const path = kind === 'run' ? `/v1/runs/${id}/stream` : `/v1/threads/${id}/stream`;
     return {
       token,
@@ -55,7 +68,8 @@ export class StreamTokens {
 
   /**
    * The principal a `?token=` stands for on the stream of `kind` `id`: read access to that
-   * stream alone. A bad, expired or other stream's token is a 401 naming which.
+   * stream alone, as the key (and user) that minted it. A bad, expired or other stream's token
+   * is a 401 naming which.
    */
   principalFor(token: string, kind: 'run' | 'thread', id: string): Principal {
     const check = verifyStreamToken(token, this.secret, Math.floor(Date.now() / 1000));
@@ -70,7 +84,13 @@ export class StreamTokens {
         `the stream token opens the ${claims.kind} ${claims.id}'s stream, not this one`,
       );
     }
-    return { tenantId: claims.tenant, scopes: new Set(['read']), keyId: 'stream-token' };
+    return {
+      tenantId: claims.tenant,
+      scopes: new Set(['read']),
+      // A token minted before tokens named their key (an upgrade ago, within its lifetime).
+      keyId: claims.key ?? 'stream-token',
+      ...(claims.user === undefined ? {} : { user: claims.user }),
+    };
   }
 }
 
