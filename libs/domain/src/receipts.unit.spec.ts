@@ -31,10 +31,11 @@ describe('receipts', () => {
     expect(verifyReceipt(signReceipt(claims, SECRET), SECRET, 1_999)).toEqual({ ok: true, claims });
   });
 
-  it('expire at their expiry', () => {
+  it('expire at their expiry, still telling their claims', () => {
     expect(verifyReceipt(signReceipt(claims, SECRET), SECRET, 2_000)).toEqual({
       ok: false,
       reason: 'expired',
+      claims,
     });
   });
 

@@ -7,8 +7,14 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { canonicalJson } from './canonical-json';
 import { isPlainObject } from './event-catalogue';
 
+/**
+ * An expired token's claims are still told (their signature holds): a receipt spent before it
+ * expired answers a replay as a replay.
+ */
 export type SignedTokenCheck<Claims> =
-  { ok: true; claims: Claims } | { ok: false; reason: 'malformed' | 'signature' | 'expired' };
+  | { ok: true; claims: Claims }
+  | { ok: false; reason: 'malformed' | 'signature' }
+  | { ok: false; reason: 'expired'; claims: Claims };
 
 function mac(key: string | Buffer, body: string): Buffer {
   return createHmac('sha256', key).update(body).digest();
@@ -50,6 +56,6 @@ export function openToken<Claims extends { exp: number }>(
     return { ok: false, reason: 'malformed' };
   }
   const typed = claims as unknown as Claims;
-  if (typed.exp <= nowSeconds) return { ok: false, reason: 'expired' };
+  if (typed.exp <= nowSeconds) return { ok: false, reason: 'expired', claims: typed };
   return { ok: true, claims: typed };
 }

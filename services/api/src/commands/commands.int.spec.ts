@@ -446,7 +446,7 @@ describe('receipts', () => {
     );
   });
 
-  it('expires', async () => {
+  it('expires, and a receipt spent before it expired still answers a replay as one', async () => {
     const short = await startTestApp({ RECEIPT_TTL_S: '1' });
     try {
       const runId = `run-${randomUUID()}`;
@@ -456,26 +456,40 @@ describe('receipts', () => {
           events: [
             { type: 'run.started', data: { threadId: 'x', agent: 'a', source: 'api' } },
             approval('ap'),
+            approval('ap-spent'),
           ],
         },
         KEYS.tenantA,
         short,
       );
-      const res = await post(
-        `/v1/runs/${runId}/approvals/ap/resolve`,
-        { decision: 'allow' },
-        KEYS.tenantA,
-        short,
-      );
-      await new Promise((resolve) => setTimeout(resolve, 2100));
-      const late = await post(
-        '/v1/receipts/consume',
-        { receipt: res.body.receipt, toolName: 'deploy', input: { env: 'prod' } },
-        KEYS.tenantA,
-        short,
-      );
+      const resolve = (approvalId: string) =>
+        post(
+          `/v1/runs/${runId}/approvals/${approvalId}/resolve`,
+          { decision: 'allow' },
+          KEYS.tenantA,
+          short,
+        );
+      const consume = (receipt: string, key = KEYS.tenantA) =>
+        post(
+          '/v1/receipts/consume',
+          { receipt, toolName: 'deploy', input: { env: 'prod' } },
+          key,
+          short,
+        );
+      const unused = (await resolve('ap')).body.receipt as string;
+      const spent = (await resolve('ap-spent')).body.receipt as string;
+      expect((await consume(spent)).status).toBe(200);
+      await new Promise((done) => setTimeout(done, 2100));
+      const late = await consume(unused);
       expect(late.status).toBe(403);
       expect(late.body.reason).toBe('expired');
+      // A runtime that lost the answer and retries late learns it was spent, not that it expired.
+      expect(await consume(spent)).toMatchObject({
+        status: 409,
+        body: { error: 'receipt_already_used' },
+      });
+      // Another tenant learns nothing of it.
+      expect((await consume(spent, KEYS.tenantB)).body.reason).toBe('expired');
     } finally {
       await short.close();
     }

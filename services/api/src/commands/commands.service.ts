@@ -137,6 +137,14 @@ export class CommandsService {
     }
     const check = verifyReceipt(body.receipt, this.secret, Math.floor(Date.now() / 1000));
     if (!check.ok) {
+      // A receipt spent before it expired answers a late retry as the replay it is.
+      if (
+        check.reason === 'expired' &&
+        check.claims.tenant === caller.tenantId &&
+        (await this.consumed(caller.tenantId, check.claims.rid))
+      ) {
+        throw alreadyConsumed(check.claims.rid);
+      }
       throw new RefusedError({
         code: 'receipt_refused',
         message: `the receipt is refused: ${check.reason}`,
