@@ -21,6 +21,16 @@ import { ApiError } from '../http/api-error';
 import { RATE_LIMIT_KEY, type RateLimitRule } from './rate-limit.decorators';
 import { SlidingWindowLimiter } from './rate-limits';
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /**
+     * Gives back what the rate limit counted for this call: for a limit checked later that
+     * refuses it (the stream caps), so that only calls that are done count.
+     */
+    refundRateLimit?: () => void;
+  }
+}
+
 /** The limiter's clock: monotonic milliseconds. A provider so tests can move time. */
 @Injectable()
 export class RateLimitClock {
@@ -63,8 +73,13 @@ export class RateLimitGuard implements CanActivate {
     if (!principal || !actor)
       throw new Error('a rate-limited route must require a scope (AccessGuard)');
 
-    const decision = this.limiters[actor.kind].take(budgetKey(principal.tenantId, actor), cost);
-    if (decision.allowed) return true;
+    const limiter = this.limiters[actor.kind];
+    const user = budgetKey(principal.tenantId, actor);
+    const decision = limiter.take(user, cost);
+    if (decision.allowed) {
+      request.refundRateLimit = () => limiter.refund(user, cost, decision.at);
+      return true;
+    }
     const retryAfterSeconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
     context.switchToHttp().getResponse<FastifyReply>().header('Retry-After', retryAfterSeconds);
     const window = `${this.config.rateLimit.windowMs / 1000} s`;

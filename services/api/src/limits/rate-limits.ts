@@ -25,7 +25,8 @@ export interface RateLimitSettings {
 }
 
 export type RateDecision =
-  { allowed: true } | { allowed: false; budget: Budget; limit: number; retryAfterMs: number };
+  | { allowed: true; at: number }
+  | { allowed: false; budget: Budget; limit: number; retryAfterMs: number };
 
 /** Milliseconds from any origin; must never run backwards. */
 export type Clock = () => number;
@@ -48,6 +49,16 @@ class TimeLog {
 
   push(time: number): void {
     this.times.push(time);
+  }
+
+  /** Takes back one call counted at `time`, if it is still in the window. */
+  remove(time: number): void {
+    for (let i = this.times.length - 1; i >= this.head; i -= 1) {
+      if (this.times[i] === time) {
+        this.times.splice(i, 1);
+        return;
+      }
+    }
   }
 
   /** Drops the times at or before `cutoff`: those calls have left the window. */
@@ -108,7 +119,18 @@ export class SlidingWindowLimiter {
     }
     log.calls.push(now);
     if (cost === 'costly') log.costly.push(now);
-    return { allowed: true };
+    return { allowed: true, at: now };
+  }
+
+  /**
+   * Gives back a call `take` counted at `at`: another limit refused it after the budget
+   * allowed it, so nothing was done, and only calls that are done count.
+   */
+  refund(user: string, cost: CallCost, at: number): void {
+    const log = this.users.get(user);
+    if (log === undefined) return;
+    log.calls.remove(at);
+    if (cost === 'costly') log.costly.remove(at);
   }
 
   /** How many users are tracked (for tests of the memory bound). */

@@ -81,6 +81,20 @@ describe('SlidingWindowLimiter', () => {
     expect(allowedOf(100)).toBe(30);
   });
 
+  it('gives back a call it was told another limit refused, and only that one', () => {
+    const { l, clock, take, allowedOf } = limiter({ calls: 3, costly: 1 });
+    const first = take('costly');
+    if (!first.allowed) throw new Error('refused');
+    clock.now += 1_000;
+    expect(allowedOf(2)).toBe(2);
+    expect(take().allowed).toBe(false);
+    l.refund('tenant-a:u:alice', 'costly', first.at);
+    // One call back, and the costly one with it; another user's refund changes nothing.
+    l.refund('tenant-a:u:bob', 'call', clock.now);
+    expect(take('costly').allowed).toBe(true);
+    expect(take().allowed).toBe(false);
+  });
+
   it('keeps a budget per key', () => {
     const { allowedOf } = limiter();
     expect(allowedOf(31, 'call', 'tenant-a:u:alice')).toBe(30);

@@ -126,7 +126,7 @@ export class NotificationsController {
       user: userFilter(caller, user),
     };
     // One of the caller's stream slots, like run and thread streams, until it closes.
-    const release = this.slots.acquire(principal);
+    const release = this.slots.acquire(principal, request);
     reply.raw.once('close', release);
     try {
       await this.notifications.stream(reply, caller, query);

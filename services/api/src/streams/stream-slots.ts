@@ -4,6 +4,7 @@
  * the memory one caller can pin. Beyond a cap the stream is refused 429 before it starts.
  */
 import { Inject, Injectable } from '@nestjs/common';
+import type { FastifyRequest } from 'fastify';
 import type { Principal } from '../auth/principal';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
@@ -15,17 +16,23 @@ export class StreamSlots {
 
   constructor(@Inject(APP_CONFIG) private readonly config: AppConfig) {}
 
-  /** Takes a slot for `principal`, or refuses 429; the returned release is safe to call twice. */
-  acquire(principal: Principal): () => void {
+  /**
+   * Takes a slot for the caller of `request`, or refuses 429, giving back the call its rate
+   * limit counted (a client retrying as Retry-After invites would otherwise spend its budget
+   * for thread reads on streams it never got). The returned release is safe to call twice.
+   */
+  acquire(principal: Principal, request: FastifyRequest): () => void {
     const { maxStreamsPerKey, maxStreamsPerTenant } = this.config.sse;
     const key = `${principal.tenantId}\u0000${principal.keyId}`;
-    if ((this.byKey.get(key) ?? 0) >= maxStreamsPerKey) {
-      throw tooMany(`this API key has ${maxStreamsPerKey} streams open (SSE_MAX_STREAMS_PER_KEY)`);
-    }
-    if ((this.byTenant.get(principal.tenantId) ?? 0) >= maxStreamsPerTenant) {
-      throw tooMany(
-        `this tenant has ${maxStreamsPerTenant} streams open (SSE_MAX_STREAMS_PER_TENANT)`,
-      );
+    const refused =
+      (this.byKey.get(key) ?? 0) >= maxStreamsPerKey
+        ? `this API key has ${maxStreamsPerKey} streams open (SSE_MAX_STREAMS_PER_KEY)`
+        : (this.byTenant.get(principal.tenantId) ?? 0) >= maxStreamsPerTenant
+          ? `this tenant has ${maxStreamsPerTenant} streams open (SSE_MAX_STREAMS_PER_TENANT)`
+          : null;
+    if (refused !== null) {
+      request.refundRateLimit?.();
+      throw tooMany(refused);
     }
     add(this.byKey, key, 1);
     add(this.byTenant, principal.tenantId, 1);

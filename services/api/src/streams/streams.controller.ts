@@ -75,7 +75,7 @@ export class StreamsController {
     watch: StreamWatch,
     start: StreamStart | undefined,
   ): Promise<void> {
-    const release = this.slots.acquire(principal);
+    const release = this.slots.acquire(principal, reply.request);
     reply.raw.once('close', release);
     try {
       await this.fanout.open(reply, watch, start);

@@ -417,6 +417,34 @@ describe('run and thread streams against the rate limit', () => {
   });
 });
 
+describe('a stream refused by its cap', () => {
+  it('gives back the call its rate limit counted: retrying it does not lock out thread reads', async () => {
+    const t = await listening({
+      SSE_MAX_STREAMS_PER_KEY: '1',
+      RATE_LIMIT_SERVICE_CALLS: '3',
+      RATE_LIMIT_SERVICE_COSTLY: '3',
+    });
+    try {
+      const { runId, threadId } = await startRun(t);
+      const held = await open(t, `/v1/runs/${runId}/stream`);
+      for (let i = 0; i < 4; i += 1) {
+        const refused = await SseReader.open(t.app, `/v1/threads/${threadId}/stream`, t.auth());
+        expect(isReader(refused) ? 200 : refused.status).toBe(429);
+        if (!isReader(refused)) expect(refused.body.error).toBe('too_many_streams');
+      }
+      // The stream held and these two reads are the three calls counted; the refusals are not.
+      const reads = [];
+      for (let i = 0; i < 3; i += 1) {
+        reads.push((await t.http().get(`/v1/threads/${threadId}`).set(t.auth())).status);
+      }
+      expect(reads).toEqual([200, 200, 429]);
+      held.close();
+    } finally {
+      await t.close();
+    }
+  });
+});
+
 describe('heartbeats and shutdown', () => {
   let t: TestApp;
   beforeAll(async () => {
