@@ -35,7 +35,7 @@ export interface paths {
         };
         /**
          * Replay a run: NDJSON, one recorded event a line, in order
-         * @description The hash chain is recomputed as the lines go out. When it is broken, a last line holds the audit verdict, `{ runId, count, headHash: null, verified: false, firstBrokenRevision }`, after every event.
+         * @description The hash chain is recomputed as the lines go out. When it is broken, a last line holds the audit verdict, `{ runId, count, headHash: null, verified: false, firstBrokenRevision }`, after every event. An event the store holds but cannot read (a damaged row) is a line in its place with `unreadable` (why), `data: null` and empty `metadata`; the replay goes on after it, and the chain breaks there.
          */
         get: operations["RunsController_replay"];
         put?: never;
@@ -552,6 +552,8 @@ export interface components {
             metadata: {
                 [key: string]: unknown;
             };
+            /** @description In a replay only, on an event the store holds but cannot read (a damaged row): why. Its `data` is null and its `metadata` empty, and the chain breaks there */
+            unreadable?: string;
         };
         NewEvent: {
             /**

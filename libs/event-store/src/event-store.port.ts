@@ -237,3 +237,28 @@ export class StoreUnavailableError extends Error {
     this.name = 'StoreUnavailableError';
   }
 }
+
+/**
+ * A stored event whose JSON does not parse (a damaged or tampered row). A read's page ends
+ * before it; a read that starts at it throws this, naming it, so a reader keeps every event
+ * before it and an audit can name the revision where the run breaks.
+ */
+export class UnreadableEventError extends Error {
+  readonly code = 'unreadable_event';
+  constructor(
+    readonly event: {
+      id: string;
+      stream: string;
+      type: string;
+      revision: number;
+      position: number;
+      recordedAt: string;
+    },
+    readonly reason: string,
+  ) {
+    super(
+      `event ${event.id} (stream ${event.stream}, revision ${event.revision}, position ${event.position}) is unreadable: ${reason}`,
+    );
+    this.name = 'UnreadableEventError';
+  }
+}

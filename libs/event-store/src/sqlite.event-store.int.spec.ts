@@ -4,7 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ChainVerifier, receiptStream, runStream, sealBatch } from '@runledger/domain';
 import { describeEventStoreContract } from './event-store.contract';
-import { EventIdConflictError, StoreUnavailableError } from './event-store.port';
+import {
+  EventIdConflictError,
+  StoreUnavailableError,
+  UnreadableEventError,
+} from './event-store.port';
 import { SqliteEventStore } from './sqlite.event-store';
 
 const dir = mkdtempSync(join(tmpdir(), 'runledger-sqlite-'));
@@ -20,6 +24,68 @@ describeEventStoreContract(
   async () => new SqliteEventStore({ file: join(dir, 'events-threaded.db'), writer: 'thread' }),
   { timeoutMs: 60_000 },
 );
+
+describe('a stored event whose JSON does not parse', () => {
+  const file = join(dir, 'damaged.db');
+  const events = Array.from({ length: 6 }, (_, n) => ({
+    id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
+    type: 'message.added',
+    data: { n },
+    metadata: {},
+  }));
+  let store: SqliteEventStore;
+  let bad: { id: string; position: number };
+  beforeAll(async () => {
+    store = new SqliteEventStore({ file });
+    await store.append(runStream('acme', 'damaged'), events);
+    const db = new Database(file);
+    bad = db.prepare('SELECT id, position FROM events WHERE revision = 3').get() as typeof bad;
+    db.prepare("UPDATE events SET data = '{broken' WHERE revision = 3").run();
+    db.close();
+  });
+  afterAll(() => store.close());
+
+  const unreadable = (from: () => Promise<unknown>) =>
+    from().then(
+      () => {
+        throw new Error('read it');
+      },
+      (error: unknown) => error,
+    );
+
+  it('ends a page before it, and a read that starts at it names it', async () => {
+    const stream = runStream('acme', 'damaged');
+    expect((await store.readStream(stream)).map((e) => e.revision)).toEqual([0, 1, 2]);
+    expect((await store.readAll()).map((e) => e.revision)).toEqual([0, 1, 2]);
+    const error = await unreadable(() => store.readStream(stream, { fromRevision: 3 }));
+    expect(error).toBeInstanceOf(UnreadableEventError);
+    expect(error).toMatchObject({
+      event: { id: bad.id, stream, revision: 3, position: bad.position, type: 'message.added' },
+      message: expect.stringContaining('does not parse'),
+    });
+    expect(await unreadable(() => store.readAll({ fromPosition: bad.position }))).toBeInstanceOf(
+      UnreadableEventError,
+    );
+    expect(await unreadable(() => store.readByIds(stream, [bad.id]))).toBeInstanceOf(
+      UnreadableEventError,
+    );
+    // The events after it are read as before.
+    expect((await store.readStream(stream, { fromRevision: 4 })).map((e) => e.revision)).toEqual([
+      4, 5,
+    ]);
+  });
+
+  it('gives a subscription every event before it, then fails naming it', async () => {
+    const seen: number[] = [];
+    const error = await unreadable(async () => {
+      for await (const page of store.subscribeToAll({ fromPosition: 'start' })) {
+        for (const event of page) seen.push(event.revision);
+      }
+    });
+    expect(seen).toEqual([0, 1, 2]);
+    expect(error).toMatchObject({ event: { revision: 3, position: bad.position } });
+  });
+});
 
 describe('SQLite subscriptions', () => {
   it('read large events a few megabytes at a time and go on at once, every event in order with its size', async () => {

@@ -16,6 +16,7 @@ import {
   PAGE_CHARS,
   isOfThread,
   StoreUnavailableError,
+  UnreadableEventError,
   type AppendOptions,
   type AppendResult,
   type EventStore,
@@ -74,7 +75,6 @@ type EventRow = [
 ];
 
 const EVENT_COLUMNS = 'position, stream, revision, id, type, data, metadata, recorded_at';
-const POSITION = 0;
 const STREAM = 1;
 const DATA = 5;
 const METADATA = 6;
@@ -291,14 +291,14 @@ export class SqliteEventStore implements EventStore {
             limit,
           )
         : this.statements.stream.iterate(stream, options.fromRevision ?? 0, limit);
-    return takeWithin(rows, options.maxChars).rows.map(toRecorded);
+    return decoded(takeWithin(rows, options.maxChars).rows);
   }
 
   async readByIds(stream: string, ids: readonly string[]): Promise<RecordedEvent[]> {
     const scope = eventIdScope(stream);
     return ids.flatMap((id) => {
       const row = this.statements.byId.get(scope, id);
-      return row !== undefined && row[STREAM] === stream ? [toRecorded(row)] : [];
+      return row !== undefined && row[STREAM] === stream ? decoded([row]) : [];
     });
   }
 
@@ -309,25 +309,25 @@ export class SqliteEventStore implements EventStore {
     if (options.stream !== undefined) {
       const { thread } = options;
       const rows = this.statements.ofStream.iterate(options.stream, from, limit);
-      return takeWithin(rows, options.maxChars)
-        .rows.map(toRecorded)
-        .filter(
-          (event) =>
-            (prefix === undefined || event.stream.startsWith(prefix)) &&
-            (thread === undefined || isOfThread(event, thread)),
-        );
+      return decoded(takeWithin(rows, options.maxChars).rows).filter(
+        (event) =>
+          (prefix === undefined || event.stream.startsWith(prefix)) &&
+          (thread === undefined || isOfThread(event, thread)),
+      );
     }
     if (options.thread) {
       const { tenantId, threadId } = options.thread;
       const rows = this.statements.ofThread.iterate(tenantId, threadId, from, limit);
-      return takeWithin(rows, options.maxChars)
-        .rows.filter((row) => prefix === undefined || row[STREAM].startsWith(prefix))
-        .map(toRecorded);
+      return decoded(
+        takeWithin(rows, options.maxChars).rows.filter(
+          (row) => prefix === undefined || row[STREAM].startsWith(prefix),
+        ),
+      );
     }
     const rows = prefix
       ? this.statements.allPrefixed.iterate(from, prefix.length, prefix, limit)
       : this.statements.all.iterate(from, limit);
-    return takeWithin(rows, options.maxChars).rows.map(toRecorded);
+    return decoded(takeWithin(rows, options.maxChars).rows);
   }
 
   async headPosition(options: HeadPositionOptions = {}): Promise<number> {
@@ -374,11 +374,13 @@ export class SqliteEventStore implements EventStore {
       try {
         while (!stopped) {
           const { rows, full } = readNext();
-          if (rows.length > 0) {
-            cursor = rows[rows.length - 1][POSITION];
-            yield rows.map(toRecorded);
+          const events = decoded(rows);
+          if (events.length > 0) {
+            cursor = events[events.length - 1].position;
+            yield events;
           }
-          if (full) continue;
+          // A page that ended before an unreadable event: the next read throws, naming it.
+          if (full || events.length < rows.length) continue;
           // Woken by our own commits at once; by other processes' commits within a poll interval.
           await new Promise<void>((resolve) => {
             const timer = setTimeout(resolve, pollIntervalMs);
@@ -479,6 +481,29 @@ function commitFailed(group: readonly PendingAppend[], error: unknown): void {
     cause: error,
   });
   for (const append of group) append.reject(failure);
+}
+
+/**
+ * The rows' events, up to the first whose stored JSON does not parse: the page ends before
+ * it, and a page that starts with it throws UnreadableEventError, naming it.
+ */
+function decoded(rows: readonly EventRow[]): RecordedEvent[] {
+  const events: RecordedEvent[] = [];
+  for (const row of rows) {
+    let event: RecordedEvent;
+    try {
+      event = toRecorded(row);
+    } catch (error) {
+      if (events.length > 0) return events;
+      const [position, stream, revision, id, type, , , recordedAt] = row;
+      throw new UnreadableEventError(
+        { id, stream, type, revision, position, recordedAt },
+        `its stored JSON does not parse (${error instanceof Error ? error.message : String(error)})`,
+      );
+    }
+    events.push(event);
+  }
+  return events;
 }
 
 function toRecorded(row: EventRow): RecordedEvent {

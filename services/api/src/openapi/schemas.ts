@@ -141,6 +141,11 @@ export class RecordedEvent {
   @ApiProperty(ANY_OBJECT) data!: Record<string, unknown>;
   @ApiProperty({ ...ANY_OBJECT, description: 'With tenantId, runId, threadId, prevHash, hash' })
   metadata!: Record<string, unknown>;
+  @ApiPropertyOptional({
+    description:
+      'In a replay only, on an event the store holds but cannot read (a damaged row): why. Its `data` is null and its `metadata` empty, and the chain breaks there',
+  })
+  unreadable?: string;
 }
 
 export class RunEventsPage {

@@ -34,6 +34,7 @@ import {
   EVENT_STORE,
   EventIdConflictError,
   PAGE_CHARS,
+  UnreadableEventError,
   WrongExpectedRevisionError,
   expectationHolds,
   type AppendResult,
@@ -89,6 +90,12 @@ export interface EventView {
   recordedAt: string;
   data: unknown;
   metadata: Record<string, unknown>;
+  /**
+   * Only on an event the store holds but cannot read (a damaged or tampered row), which a
+   * replay shows in its place: why. Its data is null and its metadata empty, so the chain
+   * breaks there.
+   */
+  unreadable?: string;
 }
 
 /** Appends that lose a race with another process re-read the head and try again, this often. */
@@ -112,6 +119,7 @@ export class RunLogService {
   /** Heads of runs this process appended to last; the store's revision check guards them. */
   private readonly heads = new HeadCache(10_000);
   private readonly logger = new Logger('size-gate');
+  private readonly auditLogger = new Logger('audit');
 
   constructor(
     @Inject(EVENT_STORE) private readonly store: EventStore,
@@ -494,9 +502,43 @@ export class RunLogService {
     return { runId, events: recorded.map(toView), nextRevision };
   }
 
-  /** Every recorded event of the run, in order, read page by page. */
+  /**
+   * Every recorded event of the run, in order, read page by page. An event the store cannot
+   * read is shown in its place (`unreadable`), and the replay goes on after it: an auditor
+   * sees the whole run, and the chain's verdict names where it breaks.
+   */
   async *replay(tenantId: string, runId: string): AsyncGenerator<EventView> {
-    for await (const event of this.recorded(tenantId, runId)) yield toView(event);
+    for (let from = 0; ;) {
+      try {
+        for await (const event of this.recorded(tenantId, runId, from)) {
+          yield toView(event);
+          from = event.revision + 1;
+        }
+        return;
+      } catch (error) {
+        if (!(error instanceof UnreadableEventError)) throw error;
+        const { id, type, revision, position, recordedAt } = error.event;
+        this.auditLogger.error({
+          msg: 'a recorded event is unreadable',
+          runId,
+          eventId: id,
+          revision,
+          position,
+          reason: error.reason,
+        });
+        yield {
+          id,
+          type,
+          revision,
+          position,
+          recordedAt,
+          data: null,
+          metadata: {},
+          unreadable: error.reason,
+        };
+        from = revision + 1;
+      }
+    }
   }
 
   /**

@@ -96,7 +96,8 @@ export class RunsController {
   @ApiOperation({
     summary: 'Replay a run: NDJSON, one recorded event a line, in order',
     description:
-      'The hash chain is recomputed as the lines go out. When it is broken, a last line holds the audit verdict, `{ runId, count, headHash: null, verified: false, firstBrokenRevision }`, after every event.',
+      'The hash chain is recomputed as the lines go out. When it is broken, a last line holds the audit verdict, `{ runId, count, headHash: null, verified: false, firstBrokenRevision }`, after every event. ' +
+      'An event the store holds but cannot read (a damaged row) is a line in its place with `unreadable` (why), `data: null` and empty `metadata`; the replay goes on after it, and the chain breaks there.',
   })
   @ApiRoute({
     ok: {

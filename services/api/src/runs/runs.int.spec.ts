@@ -1,4 +1,6 @@
+import Database from 'better-sqlite3';
 import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
 import { EVENT_TYPES, SERVER_ONLY_TYPES } from '@runledger/domain';
 import { EVENT_DATA_EXAMPLES } from '../../../../libs/domain/src/testing/event-fixtures';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
@@ -366,6 +368,48 @@ describe('reading, replay and audit', () => {
     const res = await t.http().get(`/v1/runs/${runId}/audit`).set(t.auth());
     expect(res.body).toMatchObject({ runId, count: 10, verified: true, firstBrokenRevision: null });
     expect(res.body.headHash).toMatch(/^[0-9a-f]{64}$/);
+  });
+});
+
+describe('a run whose log holds an unreadable event (a damaged row)', () => {
+  let runId: string;
+  beforeAll(async () => {
+    runId = newRunId();
+    const res = await append(runId, {
+      events: [started(), ...Array.from({ length: 5 }, (_, i) => message(`m${i}`))],
+    });
+    expect(res.status).toBe(201);
+    const db = new Database(join(t.config.dataDir, 'runledger.db'));
+    db.prepare("UPDATE events SET data = '{broken' WHERE stream LIKE ? AND revision = 2").run(
+      `%${runId}`,
+    );
+    db.close();
+  });
+
+  it('replays every event, the unreadable one in its place, and names the break', async () => {
+    const { status, lines } = await t.replay(runId);
+    expect(status).toBe(200);
+    expect(lines.map((l) => l.revision)).toEqual([0, 1, 2, 3, 4, 5, undefined]);
+    expect(lines[2]).toMatchObject({
+      revision: 2,
+      type: 'message.added',
+      data: null,
+      metadata: {},
+      unreadable: expect.stringContaining('does not parse'),
+    });
+    expect(lines[6]).toEqual({
+      runId,
+      count: 6,
+      headHash: null,
+      verified: false,
+      firstBrokenRevision: 2,
+    });
+  });
+
+  it('audits it as broken at that revision', async () => {
+    const res = await t.http().get(`/v1/runs/${runId}/audit`).set(t.auth());
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ runId, count: 6, verified: false, firstBrokenRevision: 2 });
   });
 });
 
