@@ -4,7 +4,7 @@
  * output, and its refusal to rebuild under a running service.
  */
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { RunledgerClient, type NewEvent, type RecordedEvent } from '@runledger/client';
@@ -103,6 +103,23 @@ describe('runledger CLI: usage', () => {
     expect(result.stderr).toContain('runledger --help');
     expect(result.stderr).not.toMatch(/\n\s+at /);
   });
+
+  it.each([
+    ['a directory that does not exist', () => join(makeTempDir(), 'mistyped')],
+    ['a file', () => CLI],
+  ])(
+    'refuses a DATA_DIR that is %s with exit 2, creating nothing there',
+    async (_what, dataDir) => {
+      const dir = dataDir();
+      for (const args of [['verify', 'run-1'], ['replay', 'run-1'], ['rebuild']]) {
+        const result = await runCli(args, { DATA_DIR: dir });
+        expect({ args, code: result.code }).toEqual({ args, code: 2 });
+        expect(result.stderr).toContain(`DATA_DIR=${dir} holds no runledger log (runledger.db)`);
+        expect(result.stderr).not.toMatch(/\n\s+at /);
+      }
+      expect(existsSync(join(dir, 'runledger.db'))).toBe(false);
+    },
+  );
 
   it('refuses a bad configuration with exit 2 naming the variable', async () => {
     const result = await runCli(['replay', 'run-1'], { SQLITE_SYNCHRONOUS: 'SOMETIMES' });
@@ -280,6 +297,49 @@ describe('runledger CLI: replay, verify and rebuild on a data directory the serv
       verified: false,
       firstBrokenRevision: 7,
     });
+
     expect(result.stderr).toContain(`the hash chain of run ${runId} breaks at revision 7`);
+  });
+
+  it('ends quietly with 141 when its reader stops reading (a pipe to head)', async () => {
+    const result = await new Promise<CliResult>((resolve, reject) => {
+      const child = spawn(process.execPath, [CLI, 'replay', runId, '--tenant', 'e2e'], {
+        cwd: REPO_ROOT,
+        env: { PATH: process.env.PATH, ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      child.stdout.destroy();
+      let stderr = '';
+      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      child.once('error', reject);
+      child.once('close', (code) => resolve({ code, stdout: '', stderr }));
+    });
+    expect(result).toEqual({ code: 141, stdout: '', stderr: '' });
+  });
+
+  it('replays a log with an unreadable event whole, naming it, and verify names its revision', async () => {
+    const db = new Database(join(dataDir, 'runledger.db'));
+    db.prepare("UPDATE events SET data = '{broken' WHERE stream LIKE ? AND revision = 3").run(
+      `%${runId}`,
+    );
+    db.close();
+    const replayed = await runCli(['replay', runId, '--tenant', 'e2e'], env);
+    expect(replayed.code).toBe(1);
+    const lines = jsonLines(replayed.stdout);
+    expect(lines).toHaveLength(served.length + 1);
+    expect(lines[3]).toMatchObject({
+      id: served[3].id,
+      revision: 3,
+      data: null,
+      unreadable: expect.stringContaining('does not parse'),
+    });
+    expect(lines[served.length]).toMatchObject({ verified: false, firstBrokenRevision: 3 });
+    const verified = await runCli(['verify', runId, '--tenant', 'e2e'], env);
+    expect(verified.code).toBe(1);
+    expect(JSON.parse(verified.stdout)).toMatchObject({
+      verified: false,
+      firstBrokenRevision: 3,
+    });
+    expect(verified.stderr).not.toMatch(/\n\s+at /);
   });
 });

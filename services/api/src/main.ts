@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { createApp } from './app';
 import { provisionDevKey, shortKeyWarning } from './auth/api-keys';
 import { DataDirInUseError, DataDirLock } from './config/data-dir-lock';
-import { jsonLogger, loadConfigOrExit } from './config/process-config';
+import { exitOnSetting, jsonLogger, loadConfigOrExit } from './config/process-config';
 import { mirrorStatusLine } from './mirror/mirror.imports';
 
 async function main(): Promise<void> {
@@ -21,7 +21,11 @@ async function main(): Promise<void> {
   const app = await createApp(config, keys, logger);
   app.enableShutdownHooks();
   process.once('exit', () => lock.release());
-  await app.listen(config.port, config.host);
+  try {
+    await app.listen(config.port, config.host);
+  } catch (error) {
+    exitOnSetting('runledger', `HOST=${config.host} PORT=${config.port}`, error);
+  }
   // The bound port, not the configured one: PORT=0 asks the OS for a free port.
   const { port } = app.getHttpServer().address() as AddressInfo;
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
@@ -41,7 +45,8 @@ function holdDataDir(dataDir: string): DataDirLock {
   try {
     return DataDirLock.acquire(dataDir);
   } catch (error) {
-    if (!(error instanceof DataDirInUseError)) throw error;
+    if (!(error instanceof DataDirInUseError))
+      exitOnSetting('runledger', `DATA_DIR=${dataDir}`, error);
     console.error(`runledger: ${error.message}`);
     process.exit(1);
   }

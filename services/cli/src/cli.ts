@@ -4,11 +4,11 @@
  * outcome has its own exit code, listed in the help.
  */
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ChainVerifier, RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
-import { openEventStore, type EventStore } from '@runledger/event-store';
+import { openEventStore, SQLITE_FILE, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import { OFF_LOOP_BATCHING, Projector, ReadModelStore } from '@runledger/projections';
 import {
@@ -34,6 +34,8 @@ export const EXIT = {
   notFound: 3,
   /** The data directory is held by a running service: nothing was done. */
   inUse: 4,
+  /** Whoever read the output stopped reading it (a pipe to `head`): 128 + SIGPIPE, as a shell reports one. */
+  outputClosed: 141,
 } as const;
 
 export interface CliIo {
@@ -49,7 +51,8 @@ const EXIT_CODES = `Exit codes:
   1  the chain is broken, or the work failed
   2  bad arguments or configuration; nothing was done
   3  the run does not exist
-  4  the data directory is in use by a running service; nothing was done`;
+  4  the data directory is in use by a running service; nothing was done
+  141  the output was closed before it was all written (a pipe to head)`;
 
 const MAIN_HELP = `runledger: operator tools for a runledger store
 
@@ -121,7 +124,7 @@ an empty read store by itself at start-up.
 ${EXIT_CODES}`,
     options: {},
     positionals: [],
-    run: (_values, _args, io) => rebuild(configFrom(io), io),
+    run: (_values, _args, io) => rebuild(logConfigFrom(io), io),
   },
   keys: {
     help: `Usage: runledger keys --tenant <tenantId> [--scopes append,read]
@@ -215,6 +218,21 @@ function configFrom(io: CliIo): AppConfig {
   return loadConfig(io.env);
 }
 
+/**
+ * The configuration of a command that reads the log: with SQLite, DATA_DIR must hold one.
+ * Opened regardless, a mistyped DATA_DIR became an empty store, and the command answered
+ * "not found", or a rebuild of nothing, as if that were the service's store.
+ */
+function logConfigFrom(io: CliIo): AppConfig {
+  const config = configFrom(io);
+  if (config.eventStoreUrl === undefined && !existsSync(join(config.dataDir, SQLITE_FILE))) {
+    throw new ConfigError([
+      `DATA_DIR=${config.dataDir} holds no runledger log (${SQLITE_FILE}): set DATA_DIR to the service's data directory`,
+    ]);
+  }
+  return config;
+}
+
 async function withRun(
   runId: string,
   tenantId: string,
@@ -226,7 +244,7 @@ async function withRun(
   } catch {
     throw new UsageError(`"${runId}" is not a run id (letters, digits, ".", "_", ":" and "-")`);
   }
-  const config = configFrom(io);
+  const config = logConfigFrom(io);
   const store = openEventStore(config);
   try {
     const [first] = await store.readStream(runStream(tenantId, runId), { maxCount: 1 });

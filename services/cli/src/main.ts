@@ -3,7 +3,15 @@
  * The `runledger` executable (package.json "bin"; /usr/local/bin/runledger in the image).
  * Compiled with the services by `npm run build`: nothing here needs ts-node.
  */
-import { runCli } from './cli';
+import { EXIT, runCli } from './cli';
+
+// A reader that stopped reading (`runledger replay <run> | head`): end quietly, as a process a
+// SIGPIPE ends would, rather than with a stack trace and the exit code of a broken chain.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code === 'EPIPE') process.exit(EXIT.outputClosed);
+  console.error(`runledger: cannot write the output: ${error.message}`);
+  process.exit(EXIT.failed);
+});
 
 runCli(process.argv.slice(2), {
   stdout: process.stdout,

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { NestFactory } from '@nestjs/core';
 import type { NestFastifyApplication } from '@nestjs/platform-fastify';
 import { provisionDevKey } from '../../api/src/auth/api-keys';
-import { jsonLogger, loadConfigOrExit } from '../../api/src/config/process-config';
+import { exitOnSetting, jsonLogger, loadConfigOrExit } from '../../api/src/config/process-config';
 import { guardHttp, httpAdapter, OWN_BODY_PARSER } from '../../api/src/http/http-server';
 import { mirrorSettingsOf } from '../../api/src/mirror/mirror.imports';
 import { MirrorAppModule } from './mirror-app.module';
@@ -31,7 +31,15 @@ async function main(): Promise<void> {
   );
   guardHttp(app, config);
   app.enableShutdownHooks();
-  await app.listen(config.mirror.port, config.host);
+  try {
+    await app.listen(config.mirror.port, config.host);
+  } catch (error) {
+    exitOnSetting(
+      'runledger-mirror',
+      `HOST=${config.host} MIRROR_PORT=${config.mirror.port}`,
+      error,
+    );
+  }
   const { port } = app.getHttpServer().address() as AddressInfo;
   console.log(
     `runledger-mirror publishing to ${settings.brokers.join(',')} topic ${settings.topic} (${settings.format}), notifications to topic ${config.mirror.notificationsTopic}; probes, metrics and /v1/admin/mirror on http://${config.host}:${port}`,

@@ -20,6 +20,18 @@ export function loadConfigOrExit(program: string): AppConfig {
   }
 }
 
+/**
+ * A start-up step that failed on a setting the operator gave (`setting`: `DATA_DIR=/x`), with
+ * an error of the operating system's (a port in use, a path that is a file): one line naming
+ * the setting, and the process exits 1. Anything else is not the operator's and is thrown.
+ */
+export function exitOnSetting(program: string, setting: string, error: unknown): never {
+  const code = (error as NodeJS.ErrnoException | null)?.code;
+  if (!(error instanceof Error) || typeof code !== 'string') throw error;
+  console.error(`${program} failed to start: ${setting} cannot be used: ${error.message}`);
+  process.exit(1);
+}
+
 export function jsonLogger(program: string, config: AppConfig): ConsoleLogger {
   return new ConsoleLogger(program, {
     json: true,
