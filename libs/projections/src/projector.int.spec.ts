@@ -87,6 +87,52 @@ describe('the projector', () => {
     await log.close();
   }, 30_000);
 
+  it("hands the voice seed each message's text parts only, never its tools' outputs", async () => {
+    const log = new SqliteEventStore({ file: join(dir, 'spoken.db'), synchronous: 'NORMAL' });
+    const readModels = new ReadModelStore(join(dir, 'spoken-read-models.db'));
+    revision = -1;
+    const output = 'o'.repeat(100_000);
+    const head = await append(log, [
+      { type: 'run.started', data: { threadId: 'thread-1', agent: 'a', source: 'api' } },
+      { type: 'message.added', data: { messageId: 'q', role: 'user', text: 'what failed?' } },
+      { type: 'message.added', data: { messageId: 'a', role: 'assistant', text: 'checking' } },
+      ...['c1', 'c2'].flatMap((toolCallId) => [
+        { type: 'tool.started', data: { toolCallId, toolName: 'read', input: {} } },
+        { type: 'tool.finished', data: { toolCallId, output, failed: false } },
+      ]),
+    ]);
+    const projector = new Projector(log, readModels, {
+      committed: () => undefined,
+      failed: () => undefined,
+    });
+    projector.start();
+    await projector.waitFor(head, 5_000);
+    await projector.stop();
+    // The tools are grouped into the assistant's message, which the seed reads.
+    const whole = readModels.thread('acme', 'thread-1') as ThreadState;
+    expect(whole.messages[1].parts.map((part) => part.type)).toEqual([
+      'text',
+      'tool-read',
+      'tool-read',
+    ]);
+    expect([...readModels.messagesWithTextNewestFirst('acme', 'thread-1')]).toEqual([
+      {
+        id: 'a',
+        role: 'assistant',
+        parts: [{ type: 'text', text: 'checking' }],
+        metadata: whole.messages[1].metadata,
+      },
+      {
+        id: 'q',
+        role: 'user',
+        parts: [{ type: 'text', text: 'what failed?' }],
+        metadata: whole.messages[0].metadata,
+      },
+    ]);
+    readModels.close();
+    await log.close();
+  });
+
   it('counts as past a position when only events of other streams (receipts) follow its last run event', async () => {
     const log = new SqliteEventStore({ file: join(dir, 'others.db'), synchronous: 'NORMAL' });
     const readModels = new ReadModelStore(join(dir, 'others-read-models.db'));

@@ -74,7 +74,7 @@ export interface ThreadReadModels {
   ): MessagePage;
   /** Every message's JSON, oldest first, a page at a time (for exports). */
   allMessages(tenantId: string, threadId: string): Iterable<Buffer[]>;
-  /** Messages that have text, newest first, read lazily (the voice seed). */
+  /** Messages that have text, newest first, with their text parts only, read lazily (the voice seed). */
   messagesWithTextNewestFirst(tenantId: string, threadId: string): Iterable<UIMessage>;
   /** The newest tool part of the call (in `runId` when given), or null. */
   toolPart(tenantId: string, threadId: string, toolCallId: string, runId?: string): ToolPart | null;

@@ -311,7 +311,12 @@ export class ReadModelStore implements ReadModelWriter<StoredThreadRows>, Thread
     return taken;
   }
 
-  /** Messages that have text, newest first, read lazily a few at a time (the voice seed). */
+  /**
+   * Messages that have text, newest first, with their text parts only, read lazily a few at a
+   * time (the voice seed, which never speaks a tool's output). A message's tool parts are
+   * neither read nor parsed: an assistant's words grouped with nine megabyte outputs held the
+   * event loop ~300 ms per seed when they were.
+   */
   *messagesWithTextNewestFirst(tenantId: string, threadId: string): Generator<UIMessage> {
     const pageSize = 16;
     for (let before = Number.MAX_SAFE_INTEGER; ;) {
@@ -320,7 +325,7 @@ export class ReadModelStore implements ReadModelWriter<StoredThreadRows>, Thread
       for (const row of rows) {
         const [json] = messagesJson(
           [row],
-          this.statements.partsOf.all(tenantId, threadId, row.seq),
+          this.statements.textPartsOf.all(tenantId, threadId, row.seq),
         );
         yield JSON.parse(json.toString()) as UIMessage;
       }
@@ -468,9 +473,10 @@ function prepare(db: Db) {
       `SELECT seq, part, CAST(body AS BLOB) AS body FROM thread_parts
        WHERE tenant_id = ? AND thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq, part`,
     ),
-    partsOf: db.prepare<[string, string, number], PartRow>(
-      `SELECT seq, part, CAST(body AS BLOB) AS body FROM thread_parts WHERE tenant_id = ? AND thread_id = ? AND seq = ?
-       ORDER BY part`,
+    // A tool part always has its call's id; every other part is text.
+    textPartsOf: db.prepare<[string, string, number], PartRow>(
+      `SELECT seq, part, CAST(body AS BLOB) AS body FROM thread_parts
+       WHERE tenant_id = ? AND thread_id = ? AND seq = ? AND tool_call_id IS NULL ORDER BY part`,
     ),
     part: db.prepare<[string, string, number, number], { body: string }>(
       'SELECT body FROM thread_parts WHERE tenant_id = ? AND thread_id = ? AND seq = ? AND part = ?',
