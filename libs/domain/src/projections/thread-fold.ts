@@ -6,7 +6,7 @@
  * `applyToThread` changes the state in place: a rebuild folds a million events, and a copy
  * per event would make that quadratic. `evolveThread` is the pure form: a copy, then apply.
  */
-import type { EventDataByType } from '../event-catalogue';
+import { isPlainObject, type EventDataByType } from '../event-catalogue';
 import { EVENT_TYPES, type EndStatus, type EventType } from '../event-types';
 import { toolLabel } from '../tool-labels';
 import {
@@ -425,10 +425,14 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
     createPart(fold, part);
   } else {
     // A start names the call and gives its input; it never moves the state backwards. While
-    // an approval waits, the part keeps showing the input that approval's receipt is bound to.
+    // an approval waits, the part keeps showing the input that approval's receipt is bound to;
+    // once the call finished, the input its output came from. A finish that came alone
+    // recorded no input ({}): a late start fills it in.
     const current = partAt(rows, location);
-    const waiting = current.state === 'approval-requested';
-    part = { ...current, type, input: waiting ? current.input : input };
+    const kept =
+      current.state === 'approval-requested' ||
+      (isTerminal(current.state) && !isEmptyInput(current.input));
+    part = { ...current, type, input: kept ? current.input : input };
     rows.setPart(location, part);
   }
   if (closeIfRunOver(fold, run)) return;
@@ -448,6 +452,10 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
     active.toolName = data.toolName;
     active.label = toolLabel(data.toolName, part.input);
   }
+}
+
+function isEmptyInput(input: unknown): boolean {
+  return isPlainObject(input) && Object.keys(input).length === 0;
 }
 
 function toolFinished(fold: Fold, data: EventDataByType['tool.finished']): void {

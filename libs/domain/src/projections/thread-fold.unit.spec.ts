@@ -363,6 +363,32 @@ describe('tool parts', () => {
     expect(toolPart(named, 'tc1').type).toBe('tool-search');
   });
 
+  it('given a finished call, when it is started again, then the part keeps the input its output came from', () => {
+    const history = [
+      log.runStarted('r1'),
+      log.toolStarted('r1', 'tc1', 'search', { q: 'first' }),
+      log.toolFinished('r1', 'tc1', { output: 'found' }),
+    ];
+    const state = given(...history).when(log.toolStarted('r1', 'tc1', 'search', { q: 'again' }));
+    expect(toolPart(state, 'tc1')).toMatchObject({
+      state: 'output-available',
+      input: { q: 'first' },
+      output: 'found',
+    });
+  });
+
+  it('given a finish that came alone, when its start arrives late, then the start fills in the input', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.toolFinished('r1', 'tc1', { toolName: 'search', output: 'found' }),
+    ).when(log.toolStarted('r1', 'tc1', 'search', { q: 'late' }));
+    expect(toolPart(state, 'tc1')).toMatchObject({
+      state: 'output-available',
+      input: { q: 'late' },
+      output: 'found',
+    });
+  });
+
   it('given a finish with no output, then the output is null (the AI SDK requires one)', () => {
     const history = [log.runStarted('r1'), log.toolStarted('r1', 'tc1')];
     const finish = log.toolFinished('r1', 'tc1');
