@@ -1638,6 +1638,8 @@ export interface operations {
                 offset?: number;
                 /** @description Wait (up to READ_WAIT_MS) until the projection has passed this position (an append's `position`), else 503. */
                 minPosition?: number;
+                /** @description The run whose call it is: call ids are unique within a run, and two runs of a thread may use the same one. Without it, the thread's newest call with this id */
+                runId?: string;
             };
             header?: {
                 /** @description The acting user, percent-encoded UTF-8 (`%C5%81ukasz`); RFC 8187 `X-Runledger-User*: UTF-8''%C5%81ukasz` is accepted instead. Only a gateway key with the `act-as` scope may send it (any other key: 403); without it a call acts as the key's own user, or as the key. */

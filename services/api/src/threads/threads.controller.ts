@@ -6,6 +6,7 @@ import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
 import { ApiError } from '../http/api-error';
 import { RateLimited } from '../limits/rate-limit.decorators';
+import { assertRunId } from '../runs/run-log.service';
 import { queryInt } from '../runs/runs.controller';
 import {
   THREAD_PAGE_DEFAULT,
@@ -196,6 +197,11 @@ export class ThreadsController {
     { type: 'integer', minimum: 0 },
     'Character to start from (default 0)',
   )
+  @ApiOptionalQuery(
+    'runId',
+    { type: 'string' },
+    "The run whose call it is: call ids are unique within a run, and two runs of a thread may use the same one. Without it, the thread's newest call with this id",
+  )
   toolResult(
     @CurrentPrincipal() principal: Principal,
     @Param('threadId') threadId: string,
@@ -203,13 +209,23 @@ export class ThreadsController {
     @Query('for') audience?: string,
     @Query('offset') offset?: string,
     @Query('minPosition') min?: string,
+    @Query('runId') runId?: string | string[],
   ) {
     if (audience !== undefined && audience !== 'voice') {
       throw new ApiError(400, 'validation_failed', 'for must be voice', [
         { field: 'for', rule: 'isIn', message: 'for must be voice' },
       ]);
     }
+    if (runId !== undefined) {
+      if (typeof runId !== 'string') {
+        throw new ApiError(400, 'validation_failed', 'runId may be given once', [
+          { field: 'runId', rule: 'single', message: 'runId may be given once' },
+        ]);
+      }
+      assertRunId(runId);
+    }
     return this.threads.toolResult(principal.tenantId, threadId, toolCallId, {
+      runId,
       forVoice: audience === 'voice',
       offset: queryInt('offset', offset, 0, 0, Number.MAX_SAFE_INTEGER),
       minPosition: minPosition(min),

@@ -211,6 +211,39 @@ describe('voice', () => {
   });
 });
 
+describe('tool results of a call id two runs of a thread both used', () => {
+  it("answers each run's own output with ?runId=, and the newest without", async () => {
+    const threadId = `t-${randomUUID()}`;
+    const call = (runId: string, output: string) =>
+      append(runId, [
+        { type: 'tool.started', data: { toolCallId: 'call-1', toolName: 'read', input: {} } },
+        { type: 'tool.finished', data: { toolCallId: 'call-1', failed: false, output } },
+      ]);
+    const first = await startRun(threadId);
+    await call(first.runId, 'first run');
+    const second = await startRun(threadId);
+    const { body } = await call(second.runId, 'second run');
+    const result = (query: string) =>
+      t
+        .http()
+        .get(`/v1/threads/${threadId}/tool-results/call-1?minPosition=${body.position}${query}`)
+        .set(t.auth());
+    expect((await result(`&runId=${first.runId}`)).body.text).toBe('first run');
+    expect((await result(`&runId=${second.runId}`)).body.text).toBe('second run');
+    expect((await result('')).body.text).toBe('second run');
+    expect(await result('&runId=run-elsewhere')).toMatchObject({
+      status: 404,
+      body: { error: 'tool_call_not_found' },
+    });
+    for (const query of ['&runId=bad%20id', `&runId=${first.runId}&runId=${second.runId}`]) {
+      expect(await result(query)).toMatchObject({
+        status: 400,
+        body: { details: [{ field: 'runId' }] },
+      });
+    }
+  });
+});
+
 describe('a projector that stopped', () => {
   it('starts again from its checkpoint by itself once the cause has passed, and catches up', async () => {
     const app = await startTestApp();

@@ -141,15 +141,16 @@ export class ThreadsService {
     tenantId: string,
     threadId: string,
     toolCallId: string,
-    query: { forVoice: boolean; offset: number; minPosition?: number },
+    query: { runId?: string; forVoice: boolean; offset: number; minPosition?: number },
   ) {
     await this.load(tenantId, threadId, query.minPosition);
-    const part = this.projections.readModels.toolPart(tenantId, threadId, toolCallId);
+    const part = this.projections.readModels.toolPart(tenantId, threadId, toolCallId, query.runId);
     if (!part) {
+      const where = query.runId === undefined ? '' : ` of run ${query.runId}`;
       throw new ApiError(
         404,
         'tool_call_not_found',
-        `tool call ${toolCallId} not found in thread ${threadId}`,
+        `tool call ${toolCallId}${where} not found in thread ${threadId}`,
       );
     }
     // Only a voice model's session bounds what it can hear; any other reader gets it whole.
