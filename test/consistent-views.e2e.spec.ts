@@ -98,3 +98,27 @@ it('decides "yes" on the thread as recorded when it is asked, though its view ma
   }
   expect(answers).toEqual(Array.from({ length: 20 }, (_, round) => `201 ap-${round}`));
 });
+
+it('finds a thread its run.started just created, without ?minPosition, by its view and its stream', async () => {
+  const service = await startService({
+    dataDir: makeTempDir(),
+    apiKeys: `${KEY}=tenant-a:append,read`,
+  });
+  const client = new RunsClient(service.baseUrl, KEY);
+  const answers: string[] = [];
+  for (let round = 0; round < 20; round += 1) {
+    const threadId = `new-${round}`;
+    await client.append(`new-run-${round}`, [runStarted(threadId)]);
+    const view = await request(service.baseUrl, `/v1/threads/${threadId}`, { key: KEY });
+    answers.push(`view ${view.status}`);
+    // EventSource does not retry after a 404: the stream must find it too.
+    const stream = new AbortController();
+    const opened = await fetch(`${service.baseUrl}/v1/threads/new-${round}/stream`, {
+      headers: { authorization: `Bearer ${KEY}` },
+      signal: stream.signal,
+    });
+    answers.push(`stream ${opened.status}`);
+    stream.abort();
+  }
+  expect(answers).toEqual(Array.from({ length: 20 }, () => ['view 200', 'stream 200']).flat());
+});

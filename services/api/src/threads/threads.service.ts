@@ -54,7 +54,7 @@ export class ThreadsService {
       query.before === undefined
         ? undefined
         : decodeMessageCursor(tenantId, threadId, query.before);
-    await this.ready(threadId, query.minPosition);
+    await this.ready(tenantId, threadId, query.minPosition);
     const models = this.projections.readModels;
     // One snapshot: the projector commits from its own thread, and a header read before its
     // commit with a page read after would show messages past the header's position.
@@ -125,7 +125,7 @@ export class ThreadsService {
 
   /** Reads only the newest messages with words, as far back as the seed's budget goes. */
   async voiceSeed(tenantId: string, threadId: string, minPosition?: number) {
-    await this.ready(threadId, minPosition);
+    await this.ready(tenantId, threadId, minPosition);
     const models = this.projections.readModels;
     // The active tools and the messages as of one commit, as in the thread view.
     return models.snapshot(() =>
@@ -170,14 +170,25 @@ export class ThreadsService {
     threadId: string,
     minPosition?: number,
   ): Promise<ThreadHead> {
-    await this.ready(threadId, minPosition);
+    await this.ready(tenantId, threadId, minPosition);
     return this.projections.threadHead(tenantId, threadId);
   }
 
-  /** A well-formed thread id, and the projection past `minPosition`. */
-  private async ready(threadId: string, minPosition?: number): Promise<void> {
+  /**
+   * A well-formed thread id, and the projection past `minPosition`. Without one, a thread not
+   * in the view yet waits for what was recorded when it was asked: its run.started may be a
+   * commit away, and a UI that opens it, or its stream (which EventSource does not retry after
+   * a 404), would be told it does not exist.
+   */
+  private async ready(tenantId: string, threadId: string, minPosition?: number): Promise<void> {
     assertThreadId(threadId);
     await this.projections.waitFor(minPosition);
+    if (
+      minPosition === undefined &&
+      this.projections.readModels.head(tenantId, threadId) === null
+    ) {
+      await this.projections.waitForRecorded(undefined);
+    }
   }
 }
 
