@@ -55,7 +55,7 @@ import type {
  * Bumped when the tables change shape or the fold writes them differently: an older file is
  * dropped and rebuilt from the log.
  */
-const SCHEMA_VERSION = 11;
+const SCHEMA_VERSION = 12;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (
@@ -711,6 +711,11 @@ export class StoredThreadRows implements ThreadRows {
 
   sourceOf(message: number): MessageSource | undefined {
     return this.message(message).metadata?.source;
+  }
+
+  clientIdOf(message: number): string {
+    const stored = this.message(message);
+    return stored.metadata?.clientId ?? stored.id;
   }
 
   lastMessage(): MessageTail | undefined {

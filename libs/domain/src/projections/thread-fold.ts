@@ -308,10 +308,11 @@ function statusOf(rows: ThreadRows): ThreadStatus {
 // Messages
 
 /**
- * The message a text event's id names: the one of the same source under that id, else one
- * under the id prefixed with the source (`transcript:<id>`), as often as that is taken too.
- * Ids are the client's, one namespace per source: an utterance whose id equals a typed
- * message's, or a message named like a tool message, is a message of its own.
+ * The message a text event's id names: the one of the same source made from that client id,
+ * under the id itself, else under it prefixed with the source (`transcript:<id>`), as often
+ * as that is taken by another. Ids are the client's, one namespace per source: an utterance
+ * whose id equals a typed message's, a message named like a tool message, or one named like
+ * another's prefixed id (`message:y`) is a message of its own.
  */
 function textMessage(
   rows: ThreadRows,
@@ -321,7 +322,8 @@ function textMessage(
   let id = clientId;
   for (;;) {
     const at = rows.messageAt(id);
-    if (at === undefined || rows.sourceOf(at) === source) return { id, at };
+    if (at === undefined) return { id, at };
+    if (rows.sourceOf(at) === source && rows.clientIdOf(at) === clientId) return { id, at };
     id = `${source}:${id}`;
   }
 }
@@ -340,7 +342,12 @@ function upsertText(
       id,
       role,
       parts: [{ type: 'text', text }],
-      metadata: { runId, source, position: event.position },
+      metadata: {
+        runId,
+        source,
+        position: event.position,
+        ...(id === clientId ? {} : { clientId }),
+      },
     });
     return;
   }

@@ -183,6 +183,44 @@ describe('messages', () => {
     ]);
   });
 
+  it("given a typed message was given a prefixed id, when another's client id is that prefixed id, then both keep their words", () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.transcript('r1', 'y', 'user', 'spoken'),
+      log.message('r1', 'y', 'user', 'typed first'),
+    ).when(log.message('r1', 'message:y', 'user', 'typed second'));
+    expect(state.messages.map((m) => [m.id, m.parts, m.metadata?.clientId])).toEqual([
+      ['y', [{ type: 'text', text: 'spoken' }], undefined],
+      ['message:y', [{ type: 'text', text: 'typed first' }], 'y'],
+      ['message:message:y', [{ type: 'text', text: 'typed second' }], 'message:y'],
+    ]);
+    // Each client id again is its own message again.
+    const again = given(
+      log.runStarted('r1'),
+      log.transcript('r1', 'y', 'user', 'spoken'),
+      log.message('r1', 'y', 'user', 'typed first'),
+      log.message('r1', 'message:y', 'user', 'typed second'),
+    ).when(log.message('r1', 'y', 'user', 'typed first, edited'));
+    expect(again.messages.map((m) => m.parts)).toEqual([
+      [{ type: 'text', text: 'spoken' }],
+      [{ type: 'text', text: 'typed first, edited' }],
+      [{ type: 'text', text: 'typed second' }],
+    ]);
+  });
+
+  it('given a typed message holds the id a prefix would give, when that prefix is needed, then neither replaces the other', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.message('r1', 'message:y', 'user', 'typed A'),
+      log.transcript('r1', 'y', 'user', 'spoken'),
+    ).when(log.message('r1', 'y', 'user', 'typed B'));
+    expect(state.messages.map((m) => [m.id, m.parts[0]])).toEqual([
+      ['message:y', { type: 'text', text: 'typed A' }],
+      ['y', { type: 'text', text: 'spoken' }],
+      ['message:message:y', { type: 'text', text: 'typed B' }],
+    ]);
+  });
+
   it('keeps system messages, with their role', () => {
     const state = given(log.runStarted('r1')).when(log.message('r1', 's1', 'system', 'Be brief.'));
     expect(state.messages[0].role).toBe('system');

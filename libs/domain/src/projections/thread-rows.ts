@@ -55,6 +55,8 @@ export interface ThreadRows {
   messageAt(id: string): number | undefined;
   /** Where the message at this place came from. */
   sourceOf(message: number): MessageSource | undefined;
+  /** The client's id of the message at this place: `metadata.clientId`, else its id. */
+  clientIdOf(message: number): string;
   lastMessage(): MessageTail | undefined;
   /** Appends a message (with its parts); answers its place. */
   addMessage(message: UIMessage): number;
@@ -229,6 +231,7 @@ export function memoryRows(state: ThreadState): ThreadRows {
     },
     messageAt: (id) => index.messageById.get(id),
     sourceOf: (m) => state.messages[m].metadata?.source,
+    clientIdOf: (m) => state.messages[m].metadata?.clientId ?? state.messages[m].id,
     lastMessage: () => {
       const m = state.messages.length - 1;
       if (m < 0) return undefined;

@@ -58,6 +58,7 @@ function scanningRows(state: ThreadState): ThreadRows {
       return at === -1 ? undefined : at;
     },
     sourceOf: (m) => state.messages[m].metadata?.source,
+    clientIdOf: (m) => state.messages[m].metadata?.clientId ?? state.messages[m].id,
     lastMessage: () => {
       const last = state.messages.at(-1);
       if (last === undefined) return undefined;

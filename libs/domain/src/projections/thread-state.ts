@@ -49,7 +49,16 @@ export interface UIMessage {
   id: string;
   role: 'user' | 'assistant' | 'system';
   parts: UIMessagePart[];
-  metadata?: { runId: string; source: MessageSource; position: number };
+  metadata?: {
+    runId: string;
+    source: MessageSource;
+    position: number;
+    /**
+     * The client's id (`messageId`, `utteranceId`), only when `id` is not it: another source's
+     * message held it, and the view's id was prefixed with the source (`message:<id>`).
+     */
+    clientId?: string;
+  };
 }
 
 export type ThreadStatus = 'running' | 'blocked' | 'idle' | 'finished';
