@@ -1106,13 +1106,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Too large (`body_too_large`: the body was not read). */
+            /** @description Too large (`body_too_large`: the body was not read). Or `model_call_too_large`: an oversize model.call was recorded reduced, and must not be dispatched (`dispatch: "refused"`, the ModelCallRefusedBody). */
             413: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ModelCallRefusedBody"];
+                    "application/json": components["schemas"]["ErrorBody"] | components["schemas"]["ModelCallRefusedBody"];
                 };
             };
             /** @description A path segment over 256 characters (`uri_too_long`). */

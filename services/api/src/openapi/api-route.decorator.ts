@@ -55,8 +55,11 @@ export interface RouteDoc {
   errors: number[];
   /** A stream a browser may open with `?token=` instead of the key. */
   streamToken?: true;
-  /** A status whose body extends the error body (the 413 of a refused model call). */
-  errorBodies?: Partial<Record<number, Type<ErrorBody>>>;
+  /**
+   * A status the route may also answer with a body that extends the error body (the 413 of a
+   * refused model call), and when: documented as either body.
+   */
+  errorBodies?: Partial<Record<number, { type: Type<ErrorBody>; when: string }>>;
 }
 
 function success(ok: Success): MethodDecorator {
@@ -92,13 +95,19 @@ export function ApiRoute(doc: RouteDoc): MethodDecorator {
     ApiExtraModels(ErrorBody, Problem, ModelCallRefusedBody, RecordedEvent),
     ...(doc.body ? [ApiBody({ type: doc.body, required: !doc.bodyOptional })] : []),
     success(doc.ok),
-    ...errors.map((status) =>
-      ApiResponse({
+    ...errors.map((status) => {
+      const also = doc.errorBodies?.[status];
+      if (also === undefined) {
+        return ApiResponse({ status, description: ERROR_MEANING[status], type: ErrorBody });
+      }
+      return ApiResponse({
         status,
-        description: ERROR_MEANING[status],
-        type: doc.errorBodies?.[status] ?? ErrorBody,
-      }),
-    ),
+        description: `${ERROR_MEANING[status]} ${also.when}`,
+        schema: {
+          oneOf: [{ $ref: getSchemaPath(ErrorBody) }, { $ref: getSchemaPath(also.type) }],
+        },
+      });
+    }),
   );
 }
 

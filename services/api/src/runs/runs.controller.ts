@@ -50,7 +50,12 @@ export class RunsController {
       type: AppendResponse,
     },
     errors: [400, 403, 404, 409, 413, 414, 429, 503],
-    errorBodies: { 413: ModelCallRefusedBody },
+    errorBodies: {
+      413: {
+        type: ModelCallRefusedBody,
+        when: 'Or `model_call_too_large`: an oversize model.call was recorded reduced, and must not be dispatched (`dispatch: "refused"`, the ModelCallRefusedBody).',
+      },
+    },
   })
   append(
     @CurrentPrincipal() principal: Principal,
