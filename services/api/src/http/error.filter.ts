@@ -71,9 +71,12 @@ export class ErrorFilter implements ExceptionFilter {
     const apiError = toApiError(error);
     if (!apiError) {
       this.logUnexpected(request, error);
-      void reply
-        .status(500)
-        .send({ error: 'internal', message: 'an unexpected error occurred; it was logged' });
+      // The id the log line carries: what an operator greps for when a client reports this.
+      void reply.status(500).send({
+        error: 'internal',
+        message: `an unexpected error occurred; it was logged with requestId ${request.id}`,
+        requestId: request.id,
+      });
       return;
     }
     if (apiError.error === 'body_too_large') {
@@ -88,6 +91,8 @@ export class ErrorFilter implements ExceptionFilter {
   private logUnexpected(request: FastifyRequest, error: unknown): void {
     this.logger.error({
       msg: 'unhandled error',
+      requestId: request.id,
+      tenantId: request.principal?.tenantId,
       method: request.method,
       url: request.url,
       error: error instanceof Error ? error.stack : String(error),

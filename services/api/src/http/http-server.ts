@@ -5,6 +5,7 @@
  * idles is cut off: the same hooks and the same server options on both, so that no server
  * of ours is the easy one to stall (docs/limits.md).
  */
+import { randomUUID } from 'node:crypto';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Metrics } from '@runledger/observability';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
@@ -22,6 +23,9 @@ export const OWN_BODY_PARSER = { bodyParser: false } as const;
 
 export function httpAdapter(config: AppConfig): FastifyAdapter {
   return new FastifyAdapter({
+    // Unique across restarts and replicas (Fastify's own count starts again at req-1), so the
+    // id a 500 answers names one log line.
+    genReqId: () => randomUUID(),
     // Each route's own limit is set by its scope (guardRequestBodies); this is the ceiling.
     bodyLimit: config.bodyMaxBytes,
     // A JSON key like __proto__ or constructor.prototype is refused, never merged.

@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { EVENT_TYPES, SERVER_ONLY_TYPES } from '@runledger/domain';
@@ -404,6 +405,29 @@ describe('a run whose log holds an unreadable event (a damaged row)', () => {
       verified: false,
       firstBrokenRevision: 2,
     });
+  });
+
+  it('answers a page holding it 500 with a request id that the log line carries', async () => {
+    const errors = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    try {
+      const res = await t.http().get(`/v1/runs/${runId}/events?fromRevision=2`).set(t.auth());
+      expect(res.status).toBe(500);
+      expect(res.body).toEqual({
+        error: 'internal',
+        message: `an unexpected error occurred; it was logged with requestId ${res.body.requestId}`,
+        requestId: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      });
+      expect(errors).toHaveBeenCalledWith(
+        expect.objectContaining({
+          msg: 'unhandled error',
+          requestId: res.body.requestId,
+          tenantId: 'tenant-a',
+          error: expect.stringContaining('is unreadable'),
+        }),
+      );
+    } finally {
+      errors.mockRestore();
+    }
   });
 
   it('audits it as broken at that revision', async () => {
