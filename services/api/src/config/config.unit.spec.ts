@@ -147,6 +147,8 @@ describe('configuration', () => {
     ['SQLITE_SYNCHRONOUS', 'OFF'],
     ['BACKGROUND_THREADS', 'yes'],
     ['BODY_MAX_BYTES', '12'],
+    ['BODY_MAX_BYTES', '268435457'],
+    ['BODY_MAX_BYTES', '99999999999999999999999'],
     ['EVENT_MAX_BYTES', '100'],
     ['READ_WAIT_MS', '-1'],
     ['RECEIPT_SECRET', 'short'],
