@@ -89,6 +89,7 @@ export class MirrorService
   onApplicationBootstrap(): void {
     this.metrics.mirrorPosition.set(this.follower.current());
     this.metrics.mirrorParkedNow.set(this.store.parkedCount());
+    this.metrics.exportMirrorUp();
     this.metrics.mirrorUp.set(1);
     this.follower.start();
     void this.prepare();

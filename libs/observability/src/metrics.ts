@@ -5,6 +5,8 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
+const MIRROR_UP = 'runledger_mirror_publishing_ok';
+
 export class Metrics {
   readonly registry = new Registry();
 
@@ -145,11 +147,22 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /**
+   * Exported only by a process that runs the mirror (`exportMirrorUp`): an api replica without
+   * KAFKA_BROKERS showed 0, which an alert on "publishing failing" fired on.
+   */
   readonly mirrorUp = new Gauge({
-    name: 'runledger_mirror_publishing_ok',
-    help: '1 while publishing to Kafka succeeds, 0 while it fails (see the failures counter)',
-    registers: [this.registry],
+    name: MIRROR_UP,
+    help: '1 while publishing to Kafka succeeds, 0 while it fails (see the failures counter); only where the mirror runs',
+    registers: [],
   });
+
+  /** Called by the mirror as it starts in this process. */
+  exportMirrorUp(): void {
+    if (this.registry.getSingleMetric(MIRROR_UP) === undefined) {
+      this.registry.registerMetric(this.mirrorUp);
+    }
+  }
 
   readonly clientSurfacePosition = new Gauge({
     name: 'runledger_client_surface_position',

@@ -388,6 +388,8 @@ describe('rebuild', () => {
       expect(metrics.text).toMatch(/runledger_projector_position [1-9]/);
       expect(metrics.text).toContain('runledger_projector_lag_events');
       expect(metrics.text).toContain('runledger_rebuild_progress_ratio 1');
+      // No mirror runs here: nothing says its publishing fails.
+      expect(metrics.text).not.toContain('runledger_mirror_publishing_ok');
     } finally {
       await second.close();
       rmSync(dataDir, { recursive: true, force: true });
