@@ -99,3 +99,29 @@ it(`replays a run of ${RUN_EVENTS} events while /health/live keeps answering`, a
   expect(result).toBe(RUN_EVENTS + 1);
   expectHealthy(watched, RSS_BOUND);
 }, 60_000);
+
+it('reads a page of megabyte events while /health/live keeps answering', async () => {
+  await startRun(service, 'wide');
+  const text = (i: number) => `${i}`.padEnd(900_000, 'w');
+  const appended = await request(service.baseUrl, '/v1/runs/wide/events', {
+    key: KEY,
+    body: {
+      events: Array.from({ length: 20 }, (_, i) => ({
+        type: 'message.added',
+        data: { messageId: `w-${i}`, role: 'user', text: text(i) },
+      })),
+    },
+    timeoutMs: 60_000,
+  });
+  expect(appended.status).toBe(201);
+  const { result, watched } = await underWatch(service, async () => {
+    const res = await request(service.baseUrl, '/v1/runs/wide/events?limit=1000', { key: KEY });
+    return (await res.json()) as { events: { revision: number }[]; nextRevision: number | null };
+  });
+  // The page ends after 16 MiB of events, the first page of several, read and written in slices.
+  expect(result.events.map((event) => event.revision)).toEqual(
+    Array.from({ length: result.events.length }, (_, i) => i),
+  );
+  expect(result.nextRevision).toBe(result.events.length);
+  expectHealthy(watched, RSS_BOUND);
+}, 60_000);

@@ -16,3 +16,4 @@ export * from './notifications';
 export * from './bindings';
 export * from './prompt';
 export * from './time-slices';
+export * from './json-array';

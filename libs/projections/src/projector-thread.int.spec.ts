@@ -14,7 +14,8 @@ import {
   type ProcessorObserver,
 } from '@runledger/event-store';
 import { ProjectorThread, projectorHeapMib } from './projector-thread';
-import { ReadModelStore, jsonArray } from './read-model.store';
+import { jsonArray } from '@runledger/domain/json-array';
+import { ReadModelStore } from './read-model.store';
 
 const root = mkdtempSync(join(tmpdir(), 'runledger-projector-thread-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));

@@ -20,6 +20,7 @@
  * tool parts and lookups. A thread it created itself has every row in memory, so a lookup
  * that misses there (a new tool call, a new message id) misses without asking SQLite.
  */
+import { jsonArray } from '@runledger/domain/json-array';
 import { Checkpoints } from '@runledger/event-store/checkpoints';
 import Database, { type Database as Db } from 'better-sqlite3';
 import {
@@ -524,23 +525,6 @@ function prepare(db: Db) {
 }
 
 type Statements = ReturnType<typeof prepare>;
-
-const COMMA = Buffer.from(',');
-
-/**
- * JSON texts (UTF-8) as one JSON array, written between `prefix` and `suffix`: the texts are
- * copied as they are, never decoded. A page's megabyte of tool output built as a string and
- * then encoded for the socket cost about three times what these copies do.
- */
-export function jsonArray(items: readonly Buffer[], prefix = '', suffix = ''): Buffer {
-  const chunks: Buffer[] = [Buffer.from(`${prefix}[`)];
-  for (const [index, item] of items.entries()) {
-    if (index > 0) chunks.push(COMMA);
-    chunks.push(item);
-  }
-  chunks.push(Buffer.from(`]${suffix}`));
-  return Buffer.concat(chunks);
-}
 
 /**
  * Message rows with their part rows (both in seq order) as AI SDK UIMessages in JSON, one

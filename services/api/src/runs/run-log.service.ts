@@ -11,6 +11,7 @@ import {
   RefusedError,
   SERVER_ONLY_TYPES,
   SliceClock,
+  jsonArray,
   canonicalDigestSteps,
   decideAppend,
   gateEvent,
@@ -484,22 +485,49 @@ export class RunLogService {
     return head;
   }
 
+  /**
+   * A page of the run's events as its JSON answer, `{ runId, events, nextRevision }`, in
+   * UTF-8. Read in the internal loops' pages (PAGE_CHARS) and serialized an event at a time,
+   * the event loop turning between them: a page of megabyte events, read and serialized at
+   * once, held it ~225 ms.
+   */
   async readEvents(
     tenantId: string,
     runId: string,
     fromRevision: number,
     limit: number,
-  ): Promise<{ runId: string; events: EventView[]; nextRevision: number | null }> {
+  ): Promise<Buffer> {
     const head = await this.requireRun(tenantId, runId);
-    // A page also ends after EVENTS_PAGE_CHARS of events: `nextRevision` then goes on from it.
-    const recorded = await this.store.readStream(runStream(tenantId, runId), {
-      fromRevision,
-      maxCount: limit,
-      maxChars: EVENTS_PAGE_CHARS,
-    });
-    const last = recorded[recorded.length - 1];
-    const nextRevision = last && last.revision < head.revision ? last.revision + 1 : null;
-    return { runId, events: recorded.map(toView), nextRevision };
+    const stream = runStream(tenantId, runId);
+    const clock = new SliceClock();
+    const events: Buffer[] = [];
+    let chars = 0;
+    let next = fromRevision;
+    // A page ends at `limit` events, or once the events after its first hold
+    // EVENTS_PAGE_CHARS of JSON: `nextRevision` then goes on from it.
+    reading: while (events.length < limit) {
+      const page = await this.store.readStream(stream, {
+        fromRevision: next,
+        maxCount: limit - events.length,
+        maxChars: PAGE_CHARS,
+      });
+      if (page.length === 0) break;
+      for (const event of page) {
+        if (events.length > 0 && chars >= EVENTS_PAGE_CHARS) break reading;
+        const json = Buffer.from(JSON.stringify(toView(event)));
+        if (events.length > 0) chars += json.length;
+        events.push(json);
+        next = event.revision + 1;
+        if (clock.due()) await clock.turn();
+      }
+      await clock.turn();
+    }
+    const nextRevision = events.length > 0 && next <= head.revision ? next : null;
+    return jsonArray(
+      events,
+      `{"runId":${JSON.stringify(runId)},"events":`,
+      `,"nextRevision":${JSON.stringify(nextRevision)}}`,
+    );
   }
 
   /**

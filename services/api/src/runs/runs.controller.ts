@@ -3,6 +3,7 @@ import {
   Body,
   Controller,
   Get,
+  Header,
   HttpCode,
   Param,
   Post,
@@ -67,6 +68,7 @@ export class RunsController {
 
   @Get('events')
   @RequireScope('read')
+  @Header('Content-Type', 'application/json; charset=utf-8')
   @ApiOperation({ summary: "Read a run's events from a revision (`?fromRevision=0&limit=100`)" })
   @ApiRoute({
     ok: { status: 200, description: 'A page of the run, oldest first', type: RunEventsPage },

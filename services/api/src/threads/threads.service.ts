@@ -8,6 +8,7 @@ import { Injectable } from '@nestjs/common';
 import {
   PATH_ID_PATTERN,
   isPlainObject,
+  jsonArray,
   nextTurn,
   threadKey,
   threadView,
@@ -15,7 +16,7 @@ import {
   voiceSeedOf,
   type ThreadStatus,
 } from '@runledger/domain';
-import { jsonArray, type ThreadHead, type ThreadListItem } from '@runledger/projections';
+import type { ThreadHead, ThreadListItem } from '@runledger/projections';
 import { ApiError } from '../http/api-error';
 import { ProjectionsService } from './projections.service';
 
