@@ -217,13 +217,18 @@ export class RunLogService {
       id: recorded.id,
       originalByteLength: g.originalByteLength,
     }));
-    const call = reduced.find(({ g }) => g.event.type === 'model.call');
-    if (call) {
-      this.metrics.dispatchRefusals.inc();
+    const calls = reduced.filter(({ g }) => g.event.type === 'model.call');
+    if (calls.length > 0) {
+      // Each refused call counts: a batch may hold several. The answer's fields name the first;
+      // `truncated` lists them all.
+      this.metrics.dispatchRefusals.inc(calls.length);
+      const [call] = calls;
+      const more =
+        calls.length > 1 ? ` (and ${calls.length - 1} more model calls, in truncated)` : '';
       throw new ApiError(
         413,
         'model_call_too_large',
-        `model call ${call.recorded.id} is ${call.g.originalByteLength} bytes, over EVENT_MAX_BYTES (${this.config.eventMaxBytes}): ` +
+        `model call ${call.recorded.id}${more} is ${call.g.originalByteLength} bytes, over EVENT_MAX_BYTES (${this.config.eventMaxBytes}): ` +
           'it was recorded reduced and must not be dispatched',
         undefined,
         {

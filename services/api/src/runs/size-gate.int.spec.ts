@@ -198,6 +198,22 @@ describe('an oversize model.call', () => {
     expect(audit.body).toMatchObject({ verified: true, count: 4 });
   });
 
+  it('counts every refused call of a batch, and names them all', async () => {
+    const runId = await newRun();
+    const refusals = async () =>
+      Number(
+        /runledger_dispatch_refusals_total (\d+)/.exec(
+          (await t.http().get('/metrics')).text,
+        )?.[1] ?? 0,
+      );
+    const before = await refusals();
+    const res = await append(runId, { events: [oversizeModelCall(), oversizeModelCall()] });
+    expect(res.status).toBe(413);
+    expect(res.body.message).toContain('(and 1 more model calls, in truncated)');
+    expect(res.body.truncated).toHaveLength(2);
+    expect(await refusals()).toBe(before + 2);
+  });
+
   it('is counted and shows in replay exactly as recorded, stamp included', async () => {
     const runId = await newRun();
     await append(runId, { events: [oversizeModelCall()] });
