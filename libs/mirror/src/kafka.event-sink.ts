@@ -15,7 +15,11 @@ import {
   type logCreator,
 } from 'kafkajs';
 import { RejectedMessageError, type EventSink } from './event-sink.port';
+import { LogThrottle } from './log-throttle';
 import type { MirrorMessage } from './run-event.codec';
+
+/** kafkajs's own repeated lines are said at most once this often each (the mirror logs every failure). */
+const KAFKAJS_LOG_INTERVAL_MS = 10_000;
 
 export interface KafkaSinkSettings {
   brokers: readonly string[];
@@ -92,6 +96,7 @@ export class KafkaEventSink implements EventSink {
 
   constructor(private readonly settings: KafkaSinkSettings) {
     const log = settings.log;
+    const throttle = new LogThrottle(KAFKAJS_LOG_INTERVAL_MS);
     const creator: logCreator =
       () =>
       ({ level, log: entry }: LogEntry) => {
@@ -99,7 +104,12 @@ export class KafkaEventSink implements EventSink {
         // Said once per producer because the mirror limits kafkajs's retries on purpose: its
         // own loop retries forever, counting and logging each failure.
         if (!log || message.startsWith('Limiting retries for the idempotent producer')) return;
-        log(level === logLevel.ERROR ? 'error' : 'warn', `kafkajs: ${message}`, extra);
+        const repeats = throttle.admit(message);
+        if (repeats === null) return;
+        log(level === logLevel.ERROR ? 'error' : 'warn', `kafkajs: ${message}`, {
+          ...extra,
+          ...(repeats > 0 ? { repeatedSinceLast: repeats } : {}),
+        });
       };
     this.kafka = new Kafka({
       clientId: settings.clientId ?? 'runledger-mirror',
