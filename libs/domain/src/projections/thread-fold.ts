@@ -6,7 +6,7 @@
  * `applyToThread` changes the state in place: a rebuild folds a million events, and a copy
  * per event would make that quadratic. `evolveThread` is the pure form: a copy, then apply.
  */
-import { isPlainObject, type EventDataByType } from '../event-catalogue';
+import type { EventDataByType } from '../event-catalogue';
 import { EVENT_TYPES, type EndStatus, type EventType } from '../event-types';
 import { toolLabel } from '../tool-labels';
 import {
@@ -461,8 +461,17 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
   }
 }
 
+/**
+ * `{}`, what a finish that came alone records. (Not isPlainObject: the event catalogue would
+ * bring class-validator into the projector's worker, which loads only what it runs.)
+ */
 function isEmptyInput(input: unknown): boolean {
-  return isPlainObject(input) && Object.keys(input).length === 0;
+  return (
+    typeof input === 'object' &&
+    input !== null &&
+    !Array.isArray(input) &&
+    Object.keys(input).length === 0
+  );
 }
 
 function toolFinished(fold: Fold, data: EventDataByType['tool.finished']): void {
