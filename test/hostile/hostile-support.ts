@@ -19,9 +19,18 @@ import {
 export const KEY = 'hostile-key-tenant-a-0123456789';
 export const KEY_2 = 'hostile-key2-tenant-a-0123456789';
 export const READER = 'hostile-reader-tenant-a-0123456789';
-/** The longest a liveness probe may take while an attack runs. */
+/** The longest the service may hold its event loop while an attack runs. */
 export const LIVE_BOUND_MS = 250;
+/**
+ * The longest a liveness probe may take, counted at this end: its round trip also holds this
+ * process's own pauses (a collection of a heap grown over a long run of suites took 300–500 ms
+ * once under CI), so the loop is judged by the service's own measure and the probe only has to
+ * be answered in good time.
+ */
+export const PROBE_BOUND_MS = 1000;
 export const MIB = 1024 * 1024;
+/** How often a watch reads the service's own event-loop delay. */
+const SCRAPE_MS = 250;
 
 export async function startHostileService(env: ServiceEnv = {}): Promise<RunningService> {
   return startService({
@@ -45,6 +54,12 @@ export interface Watched {
   probes: number;
   /** The slowest probe, in ms (a probe that failed counts as Infinity). */
   slowestProbeMs: number;
+  /**
+   * The service's own longest event-loop delay while watched, in ms: its
+   * runledger_event_loop_delay_seconds{stat="max"}, scraped as the watch starts (which resets
+   * it) and every SCRAPE_MS after. A scrape by the test itself in between resets it too.
+   */
+  serverLoopDelayMaxMs: number;
   failedProbes: string[];
   maxRssBytes: number;
 }
@@ -57,8 +72,28 @@ export interface Watched {
 export function watch(service: RunningService): { stop: () => Promise<Watched> } {
   const agent = new Agent({ keepAlive: true, maxSockets: 1 });
   const pid = service.process.pid!;
-  const result: Watched = { probes: 0, slowestProbeMs: 0, failedProbes: [], maxRssBytes: 0 };
+  const result: Watched = {
+    probes: 0,
+    slowestProbeMs: 0,
+    serverLoopDelayMaxMs: 0,
+    failedProbes: [],
+    maxRssBytes: 0,
+  };
   let running = true;
+  const scrape = async (count: boolean) => {
+    const res = await fetch(`${service.baseUrl}/metrics`);
+    const text = await res.text();
+    const match = /^runledger_event_loop_delay_seconds\{stat="max"\} (\S+)$/m.exec(text);
+    if (!match) throw new Error('no runledger_event_loop_delay_seconds{stat="max"} in /metrics');
+    if (count) {
+      result.serverLoopDelayMaxMs = Math.max(result.serverLoopDelayMaxMs, Number(match[1]) * 1000);
+    }
+  };
+  // The first scrape only resets the service's measure: what came before is not the attack's.
+  let scraping = scrape(false);
+  const scrapeTimer = setInterval(() => {
+    scraping = scraping.then(() => scrape(true));
+  }, SCRAPE_MS);
   const sampleRss = () => {
     result.maxRssBytes = Math.max(result.maxRssBytes, rssBytes(pid));
   };
@@ -95,6 +130,8 @@ export function watch(service: RunningService): { stop: () => Promise<Watched> }
     stop: async () => {
       running = false;
       await loop;
+      clearInterval(scrapeTimer);
+      await (scraping = scraping.then(() => scrape(true)));
       clearInterval(rssTimer);
       sampleRss();
       agent.destroy();
@@ -107,7 +144,8 @@ export function watch(service: RunningService): { stop: () => Promise<Watched> }
 export function expectHealthy(watched: Watched, rssBoundBytes: number): void {
   expect(watched.failedProbes).toEqual([]);
   expect(watched.probes).toBeGreaterThan(0);
-  expect(watched.slowestProbeMs).toBeLessThan(LIVE_BOUND_MS);
+  expect(watched.serverLoopDelayMaxMs).toBeLessThan(LIVE_BOUND_MS);
+  expect(watched.slowestProbeMs).toBeLessThan(PROBE_BOUND_MS);
   expect(watched.maxRssBytes).toBeLessThan(rssBoundBytes);
 }
 
