@@ -31,6 +31,14 @@ export const PROBE_BOUND_MS = 1000;
 export const MIB = 1024 * 1024;
 /** How often a watch reads the service's own event-loop delay. */
 const SCRAPE_MS = 250;
+const LOOP_DELAY_MAX = 'runledger_event_loop_delay_seconds{stat="max"}';
+
+/** A series of the service's /metrics (its name, with its labels as exposed); NaN when absent. */
+export async function metric(service: RunningService, series: string): Promise<number> {
+  const text = await (await request(service.baseUrl, '/metrics')).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? NaN : Number(line.slice(series.length + 1));
+}
 
 export async function startHostileService(env: ServiceEnv = {}): Promise<RunningService> {
   return startService({
@@ -81,12 +89,10 @@ export function watch(service: RunningService): { stop: () => Promise<Watched> }
   };
   let running = true;
   const scrape = async (count: boolean) => {
-    const res = await fetch(`${service.baseUrl}/metrics`);
-    const text = await res.text();
-    const match = /^runledger_event_loop_delay_seconds\{stat="max"\} (\S+)$/m.exec(text);
-    if (!match) throw new Error('no runledger_event_loop_delay_seconds{stat="max"} in /metrics');
+    const seconds = await metric(service, LOOP_DELAY_MAX);
+    if (Number.isNaN(seconds)) throw new Error(`no ${LOOP_DELAY_MAX} in /metrics`);
     if (count) {
-      result.serverLoopDelayMaxMs = Math.max(result.serverLoopDelayMaxMs, Number(match[1]) * 1000);
+      result.serverLoopDelayMaxMs = Math.max(result.serverLoopDelayMaxMs, seconds * 1000);
     }
   };
   // The first scrape only resets the service's measure: what came before is not the attack's.

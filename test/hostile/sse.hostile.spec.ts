@@ -13,6 +13,7 @@ import {
   KEY,
   KEY_2,
   logState,
+  metric,
   MIB,
   startHostileService,
   startRun,
@@ -37,12 +38,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await service.kill();
 });
-
-async function metric(name: string): Promise<number> {
-  const text = await (await request(service.baseUrl, '/metrics')).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
-  return line === undefined ? NaN : Number(line.split(' ')[1]);
-}
 
 async function eventually(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -75,7 +70,7 @@ it(`sends overflow to ${STALLED} clients that stop reading during a burst and cl
     socket.pause();
     stalled.push(socket);
   }
-  expect(await metric('runledger_sse_clients')).toBe(STALLED);
+  expect(await metric(service, 'runledger_sse_clients')).toBe(STALLED);
   const text = 'x'.repeat(64 * 1024);
   const { watched } = await underWatch(service, async () => {
     // 200 events of 64 KiB, 2 an append: more than the kernel's socket buffers and the
@@ -100,9 +95,9 @@ it(`sends overflow to ${STALLED} clients that stop reading during a burst and cl
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
     // Within the send timeout, plus the grace the overflow frame gets.
-    await eventually(async () => (await metric('runledger_sse_clients')) === 0, 10_000);
+    await eventually(async () => (await metric(service, 'runledger_sse_clients')) === 0, 10_000);
   });
-  expect(await metric('runledger_sse_overflows_total')).toBe(STALLED);
+  expect(await metric(service, 'runledger_sse_overflows_total')).toBe(STALLED);
   expectHealthy(watched, RSS_BOUND);
   expect((await logState(service, 'hot')).events).toHaveLength(201);
   for (const socket of stalled) socket.destroy();
@@ -134,7 +129,7 @@ it('refuses streams past SSE_MAX_STREAMS_PER_KEY and SSE_MAX_STREAMS_PER_TENANT 
   expect(result[61]).toBe(429);
   expectHealthy(watched, RSS_BOUND);
   for (const socket of open) socket.destroy();
-  await eventually(async () => (await metric('runledger_sse_clients')) === 0, 10_000);
+  await eventually(async () => (await metric(service, 'runledger_sse_clients')) === 0, 10_000);
   // Slots come back when streams close.
   const { socket, status } = await openStream('/v1/runs/capped/stream', KEY);
   expect(status).toBe(200);
@@ -144,11 +139,11 @@ it('refuses streams past SSE_MAX_STREAMS_PER_KEY and SSE_MAX_STREAMS_PER_TENANT 
 
 // Last: its 20 MiB of notifications stay in the service's heap, and the tests above bound RSS.
 it('sends overflow to a notification stream client that stops reading, and closes it', async () => {
-  const overflowsBefore = await metric('runledger_sse_overflows_total');
+  const overflowsBefore = await metric(service, 'runledger_sse_overflows_total');
   const { socket, status } = await openStream('/v1/notifications/stream', KEY);
   expect(status).toBe(200);
   socket.pause();
-  expect(await metric('runledger_sse_clients')).toBe(1);
+  expect(await metric(service, 'runledger_sse_clients')).toBe(1);
   // 40 threads blocked on a question of 256 KiB: each item carries it twice (question and
   // summary), 20 MiB in all, more than the kernel's socket buffers take.
   const question = 'q'.repeat(256 * 1024);
@@ -174,8 +169,8 @@ it('sends overflow to a notification stream client that stops reading, and close
     expect(res.status).toBe(201);
   }
   // Within the send timeout, plus the grace the overflow frame gets.
-  await eventually(async () => (await metric('runledger_sse_clients')) === 0, 15_000);
-  expect(await metric('runledger_sse_overflows_total')).toBe(overflowsBefore + 1);
+  await eventually(async () => (await metric(service, 'runledger_sse_clients')) === 0, 15_000);
+  expect(await metric(service, 'runledger_sse_overflows_total')).toBe(overflowsBefore + 1);
   socket.destroy();
 }, 60_000);
 
