@@ -503,29 +503,20 @@ export class RunLogService {
     limit: number,
   ): Promise<Buffer> {
     const head = await this.requireRun(tenantId, runId);
-    const stream = runStream(tenantId, runId);
     const clock = new SliceClock();
     const events: Buffer[] = [];
     let chars = 0;
     let next = fromRevision;
     // A page ends at `limit` events, or once the events after its first hold
-    // EVENTS_PAGE_CHARS of JSON: `nextRevision` then goes on from it.
-    reading: while (events.length < limit) {
-      const page = await this.store.readStream(stream, {
-        fromRevision: next,
-        maxCount: limit - events.length,
-        maxChars: PAGE_CHARS,
-      });
-      if (page.length === 0) break;
-      for (const event of page) {
-        if (events.length > 0 && chars >= EVENTS_PAGE_CHARS) break reading;
-        const json = Buffer.from(JSON.stringify(toView(event)));
-        if (events.length > 0) chars += json.length;
-        events.push(json);
-        next = event.revision + 1;
-        if (clock.due()) await clock.turn();
-      }
-      await clock.turn();
+    // EVENTS_PAGE_CHARS of JSON: `nextRevision` then goes on from it. Stopping right after
+    // the event that ends it reads no page beyond it.
+    for await (const event of this.recorded(tenantId, runId, fromRevision, Math.min(limit, PAGE))) {
+      const json = Buffer.from(JSON.stringify(toView(event)));
+      if (events.length > 0) chars += json.length;
+      events.push(json);
+      next = event.revision + 1;
+      if (events.length >= limit || chars >= EVENTS_PAGE_CHARS) break;
+      if (clock.due()) await clock.turn();
     }
     const nextRevision = events.length > 0 && next <= head.revision ? next : null;
     return jsonArray(
@@ -599,12 +590,13 @@ export class RunLogService {
     tenantId: string,
     runId: string,
     fromRevision = 0,
+    pageSize = PAGE,
   ): AsyncGenerator<RecordedEvent> {
     const stream = runStream(tenantId, runId);
     for (let from = fromRevision; ;) {
       const page = await this.store.readStream(stream, {
         fromRevision: from,
-        maxCount: PAGE,
+        maxCount: pageSize,
         maxChars: PAGE_CHARS,
       });
       // A short page is not the end when its events are large: only an empty one is.
