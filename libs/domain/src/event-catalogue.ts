@@ -22,6 +22,7 @@ import {
 } from './event-data.dto';
 import { EVENT_TYPES, isEventType, type EventType } from './event-types';
 import { runInSlices, runToEnd, type SliceClock } from './time-slices';
+import { isPlainObject } from './plain-object';
 
 export interface EventDataByType {
   'run.started': RunStartedData;
@@ -79,9 +80,7 @@ export type Validated<T> = { ok: true; value: T } | { ok: false; problems: Probl
 const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const ENVELOPE_FIELDS = new Set(['id', 'type', 'data', 'metadata']);
 
-export function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
+export { isPlainObject };
 
 /**
  * Tool arguments that are not an object (null, arrays, numbers, unparsable strings) are kept

@@ -7,6 +7,7 @@
  * per event would make that quadratic. `evolveThread` is the pure form: a copy, then apply.
  */
 import type { EventDataByType } from '../event-catalogue';
+import { isPlainObject } from '../plain-object';
 import { EVENT_TYPES, type EndStatus, type EventType } from '../event-types';
 import { toolLabel } from '../tool-labels';
 import {
@@ -362,9 +363,7 @@ function upsertText(
 
 /** Tool inputs are objects; anything else is kept under `raw` (docs/architecture.md, "Why it exists"). */
 function asInput(value: unknown): Record<string, unknown> {
-  if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
-    return value as Record<string, unknown>;
-  }
+  if (isPlainObject(value)) return value;
   return { raw: value === undefined ? null : value };
 }
 
@@ -461,17 +460,9 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
   }
 }
 
-/**
- * `{}`, what a finish that came alone records. (Not isPlainObject: the event catalogue would
- * bring class-validator into the projector's worker, which loads only what it runs.)
- */
+/** `{}`, what a finish that came alone records. */
 function isEmptyInput(input: unknown): boolean {
-  return (
-    typeof input === 'object' &&
-    input !== null &&
-    !Array.isArray(input) &&
-    Object.keys(input).length === 0
-  );
+  return isPlainObject(input) && Object.keys(input).length === 0;
 }
 
 function toolFinished(fold: Fold, data: EventDataByType['tool.finished']): void {
