@@ -117,15 +117,10 @@ export class ThreadsController {
     @Query('before') before?: string | string[],
     @Query('minPosition') min?: string,
   ) {
-    if (before !== undefined && typeof before !== 'string') {
-      const rule = 'before must be given once';
-      throw new ApiError(400, 'validation_failed', rule, [
-        { field: 'before', rule: 'isString', message: rule },
-      ]);
-    }
+    const cursor = onceOnly('before', before);
     return this.threads.view(principal.tenantId, threadId, {
       limit: queryInt('limit', limit, THREAD_PAGE_DEFAULT, 1, THREAD_PAGE_MAX),
-      before: before === '' ? undefined : before,
+      before: cursor === '' ? undefined : cursor,
       minPosition: minPosition(min),
     });
   }
@@ -216,19 +211,20 @@ export class ThreadsController {
         { field: 'for', rule: 'isIn', message: 'for must be voice' },
       ]);
     }
-    if (runId !== undefined) {
-      if (typeof runId !== 'string') {
-        throw new ApiError(400, 'validation_failed', 'runId may be given once', [
-          { field: 'runId', rule: 'single', message: 'runId may be given once' },
-        ]);
-      }
-      assertRunId(runId);
-    }
+    const run = onceOnly('runId', runId);
+    if (run !== undefined) assertRunId(run);
     return this.threads.toolResult(principal.tenantId, threadId, toolCallId, {
-      runId,
+      runId: run,
       forVoice: audience === 'voice',
       offset: queryInt('offset', offset, 0, 0, Number.MAX_SAFE_INTEGER),
       minPosition: minPosition(min),
     });
   }
+}
+
+/** A text query parameter, which a client may give once: repeated, 400 naming it. */
+function onceOnly(field: string, raw: string | string[] | undefined): string | undefined {
+  if (raw === undefined || typeof raw === 'string') return raw;
+  const rule = `${field} must be given once`;
+  throw new ApiError(400, 'validation_failed', rule, [{ field, rule: 'isString', message: rule }]);
 }
