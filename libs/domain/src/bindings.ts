@@ -5,8 +5,7 @@
  * with `expectedRevision: "no_stream"`: of any number of racing calls exactly one creates
  * it and every other reads the winner's thread.
  */
-import { createHash } from 'node:crypto';
-import { canonicalJson } from './canonical-json';
+import { canonicalJson, sha256Hex } from './canonical-json';
 
 export const BINDING_STREAM_PREFIX = 'binding-';
 /** Recorded once per binding, first and only event of its stream. */
@@ -39,7 +38,7 @@ export interface ChannelStamp extends ChannelKey {
  */
 export function bindingStream(tenantId: string, key: ChannelKey): string {
   const identity = canonicalJson([tenantId, key.channel, key.account, key.chat, key.topic ?? null]);
-  return `${BINDING_STREAM_PREFIX}${createHash('sha256').update(identity).digest('hex')}`;
+  return `${BINDING_STREAM_PREFIX}${sha256Hex(identity)}`;
 }
 
 /** Reads a recorded `channel.bound`; null for anything else. */

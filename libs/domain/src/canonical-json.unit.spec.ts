@@ -3,7 +3,12 @@
  */
 import fc from 'fast-check';
 import { createHash } from 'node:crypto';
-import { canonicalByteLength, canonicalDigestSteps, canonicalJson } from './canonical-json';
+import {
+  canonicalByteLength,
+  canonicalDigestSteps,
+  canonicalJson,
+  sha256Hex,
+} from './canonical-json';
 import { runToEnd } from './time-slices';
 
 /** A deterministic generator of [0, 1) from a seed (mulberry32), to shuffle keys. */
@@ -142,6 +147,16 @@ describe('canonicalByteLength', () => {
         expect(canonicalByteLength(prefix + char) - canonicalByteLength(prefix)).toBe(
           charBytes(char),
         );
+      }),
+    );
+  });
+});
+
+describe('sha256Hex', () => {
+  it('is the SHA-256 of the UTF-8 text, lone surrogates encoded as a Hash object does (property)', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary' }), (text) => {
+        expect(sha256Hex(text)).toBe(createHash('sha256').update(text).digest('hex'));
       }),
     );
   });

@@ -1,5 +1,4 @@
-import { createHash } from 'node:crypto';
-import { canonicalJson } from './canonical-json';
+import { canonicalJson, sha256Hex } from './canonical-json';
 
 /**
  * Tamper evidence per stream: each event's hash covers the previous hash and the
@@ -25,7 +24,7 @@ export function eventHash(prevHash: string, fields: HashedFields): string {
     tenant: fields.tenantId,
     run: fields.runId,
   });
-  return createHash('sha256').update(prevHash).update(body).digest('hex');
+  return sha256Hex(prevHash + body);
 }
 
 export interface ChainLink {

@@ -6,8 +6,7 @@
  * policy. Format: base64url(JSON claims) "." base64url(HMAC-SHA256(secret, first part)).
  * The bearer receipt goes to the resolver only; the log keeps its id and `receiptDigest`.
  */
-import { createHash } from 'node:crypto';
-import { canonicalJson } from './canonical-json';
+import { canonicalJson, sha256Hex } from './canonical-json';
 import type { Decision } from './event-types';
 import { openToken, signToken, type SignedTokenCheck } from './signed-token';
 
@@ -32,12 +31,12 @@ export type ReceiptCheck = SignedTokenCheck<ReceiptClaims>;
 
 /** SHA-256 of the input's canonical JSON: the same input always has the same digest. */
 export function inputDigest(input: unknown): string {
-  return createHash('sha256').update(canonicalJson(input)).digest('hex');
+  return sha256Hex(canonicalJson(input));
 }
 
 /** What the log keeps of a receipt instead of the bearer token: SHA-256 of the token. */
 export function receiptDigest(receipt: string): string {
-  return createHash('sha256').update(receipt).digest('hex');
+  return sha256Hex(receipt);
 }
 
 export function signReceipt(claims: ReceiptClaims, secret: string): string {

@@ -2,7 +2,8 @@
  * The key table the guard consults. Keys are compared by their SHA-256, so a lookup takes
  * the same path whatever the presented key shares with a real one.
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
+import { sha256Hex } from '@runledger/domain';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SCOPES, type ApiKey } from '../config/config';
@@ -44,7 +45,7 @@ export function shortKeyWarning(keys: readonly ApiKey[]): string | null {
 }
 
 function digest(key: string): string {
-  return createHash('sha256').update(key).digest('hex');
+  return sha256Hex(key);
 }
 
 /**

@@ -4,10 +4,9 @@
  * only what is new. The cursor is recorded in the log (one small stream per tenant and user),
  * so it is durable, shared by every replica, and survives a rebuild of the read models.
  */
-import { createHash } from 'node:crypto';
 import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
 import { v7 as uuidv7 } from 'uuid';
-import { canonicalJson, type Notification } from '@runledger/domain';
+import { canonicalJson, sha256Hex, type Notification } from '@runledger/domain';
 import {
   EVENT_STORE,
   WrongExpectedRevisionError,
@@ -45,7 +44,7 @@ export interface NotificationPage {
 
 export function seenStream(caller: ClientCaller): string {
   const identity = canonicalJson([caller.tenantId, caller.user]);
-  return `${SEEN_STREAM_PREFIX}${createHash('sha256').update(identity).digest('hex')}`;
+  return `${SEEN_STREAM_PREFIX}${sha256Hex(identity)}`;
 }
 
 /** `id: <position>`, `event: notification`, one line of JSON data. */
