@@ -545,14 +545,15 @@ export interface components {
             position: number;
             /** Format: date-time */
             recordedAt: string;
+            /** @description Null only on an unreadable event */
             data: {
                 [key: string]: unknown;
-            };
+            } | null;
             /** @description With tenantId, runId, threadId, prevHash, hash */
             metadata: {
                 [key: string]: unknown;
             };
-            /** @description In a replay only, on an event the store holds but cannot read (a damaged row): why. Its `data` is null and its `metadata` empty, and the chain breaks there */
+            /** @description Only on an event the store holds but cannot read (a damaged row), in a replay or a page of events: why. Its `data` is null and its `metadata` empty, and the chain breaks there */
             unreadable?: string;
         };
         NewEvent: {

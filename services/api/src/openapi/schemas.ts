@@ -138,12 +138,13 @@ export class RecordedEvent {
   @ApiProperty({ description: '0-based index in its run' }) revision!: number;
   @ApiProperty({ description: 'Global log position' }) position!: number;
   @ApiProperty({ format: 'date-time' }) recordedAt!: string;
-  @ApiProperty(ANY_OBJECT) data!: Record<string, unknown>;
+  @ApiProperty({ ...ANY_OBJECT, nullable: true, description: 'Null only on an unreadable event' })
+  data!: Record<string, unknown> | null;
   @ApiProperty({ ...ANY_OBJECT, description: 'With tenantId, runId, threadId, prevHash, hash' })
   metadata!: Record<string, unknown>;
   @ApiPropertyOptional({
     description:
-      'In a replay only, on an event the store holds but cannot read (a damaged row): why. Its `data` is null and its `metadata` empty, and the chain breaks there',
+      'Only on an event the store holds but cannot read (a damaged row), in a replay or a page of events: why. Its `data` is null and its `metadata` empty, and the chain breaks there',
   })
   unreadable?: string;
 }

@@ -481,10 +481,16 @@ export class RunLogService {
   /**
    * The run's head, or 404 when the tenant has no such run. The stream is the tenant's own;
    * its stamped tenant is checked too, so a stream whose stamp disagrees is never served.
+   * A last event the store cannot read has no stamp to check: its run is still the tenant's
+   * own stream, and is served for reading, so that the damage can be seen and audited.
    */
   async requireRun(tenantId: string, runId: string): Promise<RunHead> {
     assertRunId(runId);
-    const head = await this.readHead(runStream(tenantId, runId));
+    const head = await this.readHead(runStream(tenantId, runId)).catch((error: unknown) => {
+      if (!(error instanceof UnreadableEventError)) throw error;
+      const { revision, type } = error.event;
+      return runHeadOf({ revision, type, metadata: { tenantId } });
+    });
     if (!head || head.tenantId !== tenantId)
       throw new ApiError(404, 'run_not_found', `run ${runId} not found`);
     return head;
@@ -510,8 +516,8 @@ export class RunLogService {
     // A page ends at `limit` events, or once the events after its first hold
     // EVENTS_PAGE_CHARS of JSON: `nextRevision` then goes on from it. Stopping right after
     // the event that ends it reads no page beyond it.
-    for await (const event of this.recorded(tenantId, runId, fromRevision, Math.min(limit, PAGE))) {
-      const json = Buffer.from(JSON.stringify(toView(event)));
+    for await (const event of this.replay(tenantId, runId, fromRevision, Math.min(limit, PAGE))) {
+      const json = Buffer.from(JSON.stringify(event));
       if (events.length > 0) chars += json.length;
       events.push(json);
       next = event.revision + 1;
@@ -527,14 +533,20 @@ export class RunLogService {
   }
 
   /**
-   * Every recorded event of the run, in order, read page by page. An event the store cannot
-   * read is shown in its place (`unreadable`), and the replay goes on after it: an auditor
-   * sees the whole run, and the chain's verdict names where it breaks.
+   * The run's recorded events from `fromRevision` on, in order, read `pageSize` at a time. An
+   * event the store cannot read is shown in its place (`unreadable`), logged, and the replay
+   * goes on after it: an auditor, or a page of events, sees the whole run, and the chain's
+   * verdict names where it breaks.
    */
-  async *replay(tenantId: string, runId: string): AsyncGenerator<EventView> {
-    for (let from = 0; ;) {
+  async *replay(
+    tenantId: string,
+    runId: string,
+    fromRevision = 0,
+    pageSize = PAGE,
+  ): AsyncGenerator<EventView> {
+    for (let from = fromRevision; ;) {
       try {
-        for await (const event of this.recorded(tenantId, runId, from)) {
+        for await (const event of this.recorded(tenantId, runId, from, pageSize)) {
           yield toView(event);
           from = event.revision + 1;
         }
@@ -544,6 +556,7 @@ export class RunLogService {
         const { id, type, revision, position, recordedAt } = error.event;
         this.auditLogger.error({
           msg: 'a recorded event is unreadable',
+          tenantId,
           runId,
           eventId: id,
           revision,

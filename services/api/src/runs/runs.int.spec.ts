@@ -373,31 +373,40 @@ describe('reading, replay and audit', () => {
 });
 
 describe('a run whose log holds an unreadable event (a damaged row)', () => {
-  let runId: string;
-  beforeAll(async () => {
-    runId = newRunId();
+  /** A run of run.started and five messages whose row at `revision` no longer parses. */
+  async function damagedRun(revision: number): Promise<string> {
+    const runId = newRunId();
     const res = await append(runId, {
       events: [started(), ...Array.from({ length: 5 }, (_, i) => message(`m${i}`))],
     });
     expect(res.status).toBe(201);
     const db = new Database(join(t.config.dataDir, 'runledger.db'));
-    db.prepare("UPDATE events SET data = '{broken' WHERE stream LIKE ? AND revision = 2").run(
+    db.prepare("UPDATE events SET data = '{broken' WHERE stream LIKE ? AND revision = ?").run(
       `%${runId}`,
+      revision,
     );
     db.close();
+    return runId;
+  }
+
+  const placeholder = (revision: number) => ({
+    revision,
+    type: 'message.added',
+    data: null,
+    metadata: {},
+    unreadable: expect.stringContaining('does not parse'),
+  });
+
+  let runId: string;
+  beforeAll(async () => {
+    runId = await damagedRun(2);
   });
 
   it('replays every event, the unreadable one in its place, and names the break', async () => {
     const { status, lines } = await t.replay(runId);
     expect(status).toBe(200);
     expect(lines.map((l) => l.revision)).toEqual([0, 1, 2, 3, 4, 5, undefined]);
-    expect(lines[2]).toMatchObject({
-      revision: 2,
-      type: 'message.added',
-      data: null,
-      metadata: {},
-      unreadable: expect.stringContaining('does not parse'),
-    });
+    expect(lines[2]).toMatchObject(placeholder(2));
     expect(lines[6]).toEqual({
       runId,
       count: 6,
@@ -407,23 +416,22 @@ describe('a run whose log holds an unreadable event (a damaged row)', () => {
     });
   });
 
-  it('answers a page holding it 500 with a request id that the log line carries', async () => {
+  it('shows it in its place on a page of events, logged with its ids, and the page goes on', async () => {
     const errors = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
     try {
-      const res = await t.http().get(`/v1/runs/${runId}/events?fromRevision=2`).set(t.auth());
-      expect(res.status).toBe(500);
-      expect(res.body).toEqual({
-        error: 'internal',
-        message: `an unexpected error occurred; it was logged with requestId ${res.body.requestId}`,
-        requestId: expect.stringMatching(/^[0-9a-f-]{36}$/),
-      });
+      for (const from of [0, 2]) {
+        const res = await t
+          .http()
+          .get(`/v1/runs/${runId}/events?fromRevision=${from}&limit=3`)
+          .set(t.auth());
+        expect(res.status).toBe(200);
+        const events = res.body.events as { revision: number }[];
+        expect(events.map((e) => e.revision)).toEqual([from, from + 1, from + 2]);
+        expect(events[2 - from]).toMatchObject(placeholder(2));
+        expect(res.body.nextRevision).toBe(from + 3);
+      }
       expect(errors).toHaveBeenCalledWith(
-        expect.objectContaining({
-          msg: 'unhandled error',
-          requestId: res.body.requestId,
-          tenantId: 'tenant-a',
-          error: expect.stringContaining('is unreadable'),
-        }),
+        expect.objectContaining({ msg: 'a recorded event is unreadable', runId, revision: 2 }),
       );
     } finally {
       errors.mockRestore();
@@ -434,6 +442,31 @@ describe('a run whose log holds an unreadable event (a damaged row)', () => {
     const res = await t.http().get(`/v1/runs/${runId}/audit`).set(t.auth());
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ runId, count: 6, verified: false, firstBrokenRevision: 2 });
+  });
+
+  it('is read, replayed and audited when it is the last event, and no other tenant finds the run', async () => {
+    const damaged = await damagedRun(5);
+    const errors = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    try {
+      const page = await t.http().get(`/v1/runs/${damaged}/events`).set(t.auth());
+      expect(page.status).toBe(200);
+      expect(page.body.events).toHaveLength(6);
+      expect(page.body.events[5]).toMatchObject(placeholder(5));
+      expect(page.body.nextRevision).toBeNull();
+
+      const { status, lines } = await t.replay(damaged);
+      expect(status).toBe(200);
+      expect(lines[5]).toMatchObject(placeholder(5));
+
+      const audit = await t.http().get(`/v1/runs/${damaged}/audit`).set(t.auth());
+      expect(audit.status).toBe(200);
+      expect(audit.body).toMatchObject({ count: 6, verified: false, firstBrokenRevision: 5 });
+
+      const foreign = await t.http().get(`/v1/runs/${damaged}/events`).set(t.auth(KEYS.tenantB));
+      expect(foreign.status).toBe(404);
+    } finally {
+      errors.mockRestore();
+    }
   });
 });
 
