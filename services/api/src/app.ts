@@ -31,7 +31,7 @@ export async function createApp(
       origin: config.corsOrigins,
       methods: ['GET', 'POST'],
       allowedHeaders: ['Authorization', 'Content-Type', 'Last-Event-ID', 'X-Runledger-User'],
-      exposedHeaders: ['Retry-After'],
+      exposedHeaders: ['Retry-After', 'X-Request-Id'],
       credentials: false,
       maxAge: 600,
     });

@@ -6,6 +6,7 @@
  * of ours is the easy one to stall (docs/limits.md).
  */
 import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Metrics } from '@runledger/observability';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
@@ -18,14 +19,30 @@ import { answerClientError, guardRequestBodies } from './request-guards';
 /** Path ids may be 128 characters (PATH_ID_PATTERN); Fastify's default cap is 100. */
 const MAX_PARAM_LENGTH = 256;
 
+/**
+ * A gateway's own id for a request, kept when it is one `X-Request-Id` header of up to 128
+ * characters from this set: enough for UUIDs, trace ids (`Root=1-…;Parent=…`) and the like,
+ * and nothing a log line or a header would have to escape.
+ */
+const GATEWAY_REQUEST_ID = /^[A-Za-z0-9._:;=+/@-]{1,128}$/;
+
+/**
+ * The request's id: the gateway's, when it sent one we can keep, so its logs and ours name
+ * the same request; otherwise a random UUID, unique across restarts and replicas (Fastify's
+ * own count starts again at req-1 in every process). Sent twice, node joins the header with
+ * ", ", which the pattern refuses.
+ */
+export function requestIdOf(request: IncomingMessage): string {
+  const given = request.headers['x-request-id'];
+  return typeof given === 'string' && GATEWAY_REQUEST_ID.test(given) ? given : randomUUID();
+}
+
 /** Pass as NestFactory.create's options: the JSON parser is ours (guardRequestBodies). */
 export const OWN_BODY_PARSER = { bodyParser: false } as const;
 
 export function httpAdapter(config: AppConfig): FastifyAdapter {
   return new FastifyAdapter({
-    // Unique across restarts and replicas (Fastify's own count starts again at req-1), so the
-    // id a 500 answers names one log line.
-    genReqId: () => randomUUID(),
+    genReqId: requestIdOf,
     // Each route's own limit is set by its scope (guardRequestBodies); this is the ceiling.
     bodyLimit: config.bodyMaxBytes,
     // A JSON key like __proto__ or constructor.prototype is refused, never merged.
@@ -64,8 +81,9 @@ function answerUnroutable(
 }
 
 /**
- * The key checked as a request is routed, bodies read under their route's limits, and every
- * answer's latency in `http_request_duration_seconds`. Call before `app.init()`: the body
+ * The key checked as a request is routed, bodies read under their route's limits, every
+ * answer named by its request id (`X-Request-Id`), and its latency in
+ * `http_request_duration_seconds`. Call before `app.init()`: the body
  * limits are set as routes are registered.
  */
 export function guardHttp(app: NestFastifyApplication, config: AppConfig): void {
@@ -73,6 +91,11 @@ export function guardHttp(app: NestFastifyApplication, config: AppConfig): void 
   const metrics = app.get(Metrics);
   authenticateRequests(fastify, app.get(AccessPolicy), metrics);
   guardRequestBodies(fastify, config);
+  // Every answer names its request, so a client's report or a gateway's log finds ours.
+  fastify.addHook('onSend', (request, reply, payload, done) => {
+    void reply.header('X-Request-Id', request.id);
+    done(null, payload);
+  });
   fastify.addHook('onResponse', (request, reply, done) => {
     metrics.httpDuration.observe(
       {

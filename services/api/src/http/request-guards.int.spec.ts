@@ -100,6 +100,57 @@ async function eventCount(t: TestApp, runId: string): Promise<number> {
   return (res.body.events as { type: string }[]).filter((e) => e.type !== 'append.rejected').length;
 }
 
+describe('request ids', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening();
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+  it('names every answer with an X-Request-Id of its own: success, refusal, not found, probe', async () => {
+    const answers = [
+      await t.http().get('/health/live'),
+      await t.http().get('/v1/threads'),
+      await t.http().get('/v1/threads').set(t.auth()),
+      await t.http().get(`/v1/runs/run-${randomUUID()}/events`).set(t.auth()),
+      await t.http().get('/no/such/route').set(t.auth()),
+    ];
+    expect(answers.map((a) => a.status)).toEqual([200, 401, 200, 404, 404]);
+    const ids = answers.map((a) => a.headers['x-request-id']);
+    for (const id of ids) expect(id).toMatch(UUID);
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+
+  it("keeps a gateway's own id when it is one header of up to 128 plain characters", async () => {
+    for (const id of [
+      'gw-7f3a.19:2',
+      'Root=1-67891233-abcdef012345678912345678',
+      'a'.repeat(128),
+    ]) {
+      const res = await t.http().get('/health/live').set('X-Request-Id', id);
+      expect(res.headers['x-request-id']).toBe(id);
+    }
+  });
+
+  it('makes its own id instead of one too long, with spaces or controls, or sent twice', async () => {
+    for (const id of ['a'.repeat(129), 'two words', 'a\tb', '<script>', '']) {
+      const res = await t.http().get('/health/live').set('X-Request-Id', id);
+      expect(res.status).toBe(200);
+      expect(res.headers['x-request-id']).toMatch(UUID);
+    }
+    const twice = await rawRequest(
+      t,
+      'GET /health/live HTTP/1.1\r\nHost: x\r\nX-Request-Id: one\r\nX-Request-Id: two\r\nConnection: close\r\n\r\n',
+    );
+    expect(twice.status).toBe(200);
+    expect(twice.headers['x-request-id']).toMatch(UUID);
+  });
+});
+
 describe('authentication before the body', () => {
   let t: TestApp;
   beforeAll(async () => {

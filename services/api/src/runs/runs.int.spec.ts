@@ -438,6 +438,33 @@ describe('a run whose log holds an unreadable event (a damaged row)', () => {
     }
   });
 
+  it('answers an append that must read it as the head 500, with a request id the log line carries', async () => {
+    const damaged = await damagedRun(5);
+    const errors = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    try {
+      // A revision other than the one this process remembers makes it read the stored head.
+      const res = await append(damaged, { expectedRevision: 9, events: [message('late')] });
+      expect(res.status).toBe(500);
+      expect(res.body).toEqual({
+        error: 'internal',
+        message: `an unexpected error occurred; it was logged with requestId ${res.body.requestId}`,
+        requestId: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      });
+      expect(res.headers['x-request-id']).toBe(res.body.requestId);
+      expect(errors).toHaveBeenCalledWith(
+        expect.objectContaining({
+          msg: 'unhandled error',
+          requestId: res.body.requestId,
+          tenantId: 'tenant-a',
+          error: expect.stringContaining('is unreadable'),
+        }),
+      );
+      expect(await recorded(damaged)).toHaveLength(6);
+    } finally {
+      errors.mockRestore();
+    }
+  });
+
   it('audits it as broken at that revision', async () => {
     const res = await t.http().get(`/v1/runs/${runId}/audit`).set(t.auth());
     expect(res.status).toBe(200);

@@ -82,7 +82,7 @@ export function takeOverForSse(reply: FastifyReply): ServerResponse | null {
   reply.hijack();
   const res = reply.raw;
   if (res.destroyed || !res.socket || res.socket.destroyed) return null;
-  res.writeHead(200, SSE_HEADERS);
+  res.writeHead(200, { ...SSE_HEADERS, 'X-Request-Id': reply.request.id });
   if (reply.request.method !== 'HEAD') return res;
   res.end();
   return null;

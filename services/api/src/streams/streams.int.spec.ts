@@ -77,6 +77,7 @@ describe('SSE streams', () => {
     expect(first.res.headers['content-type']).toMatch(/^text\/event-stream/);
     expect(first.res.headers['cache-control']).toBe('no-cache');
     expect(first.res.headers['x-accel-buffering']).toBe('no');
+    expect(first.res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
 
     const batch = await append(t, runId, [say('one'), say('two'), say('three')]);
     await first.until((r) => r.recorded().length === 3);
