@@ -24,30 +24,69 @@ export function canonicalByteLength(value: unknown): number {
   return Buffer.byteLength(canonicalJson(value), 'utf8');
 }
 
-/** Canonical text gathered before it is hashed: one update per piece would cost more. */
-const DIGEST_CHUNK_CHARS = 64 * 1024;
+/** Canonical text gathered before it is hashed or counted: one call per piece would cost more. */
+const CHUNK_CHARS = 64 * 1024;
+
+/**
+ * Characters of a long string written as one piece, a step after each: a string of 15 MiB,
+ * escaped, hashed or counted at once, held the event loop for 60-100 ms.
+ */
+export const STRING_PIECE_CHARS = 256 * 1024;
 
 /**
  * SHA-256 (hex) of `canonicalJson(value)` for a JSON value as parsed, computed a piece at a
- * time: a step per array item and object member, so `runInSlices` can give the event loop
- * turns on a large value, and the value's whole text is never held at once.
+ * time (canonicalTextSteps), so `runInSlices` can give the event loop turns on a large value,
+ * and the value's whole text is never held at once.
  */
 export function* canonicalDigestSteps(value: unknown): Generator<void, string> {
   const hash = createHash('sha256');
+  yield* canonicalTextSteps(value, (text) => hash.update(text));
+  return hash.digest('hex');
+}
+
+/** `canonicalByteLength(value)`, computed a piece at a time like `canonicalDigestSteps`. */
+export function* canonicalByteLengthSteps(value: unknown): Generator<void, number> {
+  let bytes = 0;
+  yield* canonicalTextSteps(value, (text) => {
+    bytes += Buffer.byteLength(text, 'utf8');
+  });
+  return bytes;
+}
+
+/**
+ * Hands `canonicalJson(value)` to `take` in chunks of about CHUNK_CHARS, with a step per
+ * array item, object member and STRING_PIECE_CHARS of a long string. A string is cut only
+ * where no surrogate pair is split, so each piece is escaped as the whole would be, and each
+ * chunk is whole UTF-8.
+ */
+function* canonicalTextSteps(value: unknown, take: (text: string) => void): Generator<void, void> {
   let pending = '';
   const write = (text: string) => {
     pending += text;
-    if (pending.length >= DIGEST_CHUNK_CHARS) {
-      hash.update(pending);
+    if (pending.length >= CHUNK_CHARS) {
+      take(pending);
       pending = '';
     }
   };
   function* walk(item: unknown): Generator<void, void> {
+    if (typeof item === 'string' && item.length > STRING_PIECE_CHARS) {
+      write('"');
+      for (let at = 0; at < item.length;) {
+        let end = Math.min(at + STRING_PIECE_CHARS, item.length);
+        if (end < item.length && isHighSurrogate(item.charCodeAt(end - 1))) end -= 1;
+        write(JSON.stringify(item.slice(at, end)).slice(1, -1));
+        at = end;
+        yield;
+      }
+      write('"');
+      return;
+    }
     if (item === null || typeof item !== 'object') {
       if (typeof item === 'number' && !Number.isFinite(item)) {
         throw new TypeError(`${item} has no canonical JSON`);
       }
-      write(JSON.stringify(item));
+      // Where JSON writes nothing (undefined), an array writes null; objects leave it out.
+      write(JSON.stringify(item) ?? 'null');
       return;
     }
     const array = Array.isArray(item);
@@ -55,7 +94,10 @@ export function* canonicalDigestSteps(value: unknown): Generator<void, string> {
       ? item.map((element, index) => [String(index), element])
       : Object.keys(item)
           .sort()
-          .map((key) => [key, (item as Record<string, unknown>)[key]]);
+          .flatMap((key) => {
+            const member = (item as Record<string, unknown>)[key];
+            return member === undefined ? [] : [[key, member]];
+          });
     write(array ? '[' : '{');
     for (const [index, [key, member]] of entries.entries()) {
       if (index > 0) write(',');
@@ -66,6 +108,9 @@ export function* canonicalDigestSteps(value: unknown): Generator<void, string> {
     write(array ? ']' : '}');
   }
   yield* walk(value);
-  hash.update(pending);
-  return hash.digest('hex');
+  take(pending);
+}
+
+export function isHighSurrogate(code: number): boolean {
+  return code >= 0xd800 && code <= 0xdbff;
 }

@@ -5,9 +5,11 @@ import fc from 'fast-check';
 import { createHash } from 'node:crypto';
 import {
   canonicalByteLength,
+  canonicalByteLengthSteps,
   canonicalDigestSteps,
   canonicalJson,
   sha256Hex,
+  STRING_PIECE_CHARS,
 } from './canonical-json';
 import { runToEnd } from './time-slices';
 
@@ -189,9 +191,61 @@ describe('canonicalDigestSteps', () => {
     expect(count).toBe(5);
   });
 
+  it('leaves out undefined members and writes an undefined item null, as JSON does', () => {
+    const value = { a: undefined, b: [undefined, 1] };
+
+    expect(runToEnd(canonicalDigestSteps(value))).toBe(sha256(canonicalJson(value)));
+  });
+
   it.each([Infinity, -Infinity, NaN])('refuses %p, which has no canonical JSON', (number) => {
     expect(() => runToEnd(canonicalDigestSteps({ a: [number] }))).toThrow(
       new TypeError(`${number} has no canonical JSON`),
+    );
+  });
+});
+
+describe('a string longer than one piece (STRING_PIECE_CHARS)', () => {
+  const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+  const steps = (generator: Generator<void, unknown>) => {
+    let count = 0;
+    while (!generator.next().done) count += 1;
+    return count;
+  };
+
+  /** A text of `pieces` pieces and a bit, with `at` placed to straddle every piece boundary. */
+  const straddling = (pieces: number, at: string) =>
+    Array.from({ length: pieces }, () => `${'a'.repeat(STRING_PIECE_CHARS - 1)}${at}`).join('') +
+    'tail "quoted" \\ \n';
+
+  it.each([
+    ['a surrogate pair (emoji)', '😀'],
+    ['a lone high surrogate', '\ud800'],
+    ['a lone low surrogate', '\udc00x'],
+    ['characters JSON escapes', '"\\\u0001'],
+    ['two-byte characters', 'é€'],
+  ])('is hashed and counted as its whole text with %s at every boundary', (_, at) => {
+    const value = { output: straddling(3, at), n: 1 };
+
+    expect(runToEnd(canonicalDigestSteps(value))).toBe(sha256(canonicalJson(value)));
+    expect(runToEnd(canonicalByteLengthSteps(value))).toBe(canonicalByteLength(value));
+  });
+
+  it('takes a step per piece, so no step escapes, hashes or counts more than one piece', () => {
+    const text = 'y'.repeat(15 * STRING_PIECE_CHARS + 1);
+
+    expect(steps(canonicalDigestSteps(text))).toBe(16);
+    expect(steps(canonicalByteLengthSteps({ output: text }))).toBe(17);
+  });
+});
+
+describe('canonicalByteLengthSteps', () => {
+  it('is canonicalByteLength, whatever the key order (property)', () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.integer(), (value, seed) => {
+        const expected = canonicalByteLength(value);
+        expect(runToEnd(canonicalByteLengthSteps(value))).toBe(expected);
+        expect(runToEnd(canonicalByteLengthSteps(shuffleKeys(value, random(seed))))).toBe(expected);
+      }),
     );
   });
 });

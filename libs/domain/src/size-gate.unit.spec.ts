@@ -8,9 +8,11 @@ import { canonicalByteLength, canonicalJson } from './canonical-json';
 import { validateEvent, type Problem } from './event-catalogue';
 import { MODEL_MESSAGE_ROLES, NOT_BLANK_PATTERN, WELL_FORMED_PATTERN } from './event-data.dto';
 import { EVENT_TYPES, type EventType } from './event-types';
+import { runToEnd } from './time-slices';
 import {
   gateEvent,
   measureEvent,
+  measureEventSteps,
   MIN_CLAMP_CHARS,
   MIN_LIMIT_BYTES,
   STAMP_RESERVE_BYTES,
@@ -301,6 +303,54 @@ describe('gateEvent: model.call (properties)', () => {
         expect(stamp.clampedParts).toBe(changed);
       }),
       { numRuns: propertyRuns(300) },
+    );
+  });
+
+  it('measures an event in steps to the same length as in one go (property)', () => {
+    fc.assert(
+      fc.property(
+        fc.jsonValue(),
+        fc.jsonValue(),
+        fc.string({ unit: 'binary' }),
+        fc.nat(3 * 256 * 1024),
+        (data, meta, text, filler) => {
+          // Some events under the weight measured in one go, some over it, with long texts.
+          const event = {
+            id: UUID,
+            type: 'tool.finished',
+            data: { data, output: `${text}${'x'.repeat(filler)}${text}` },
+            metadata: { meta },
+          };
+
+          expect(runToEnd(measureEventSteps(event))).toBe(measureEvent(event));
+        },
+      ),
+      { numRuns: propertyRuns(100) },
+    );
+  });
+
+  it('measures a small event in one step and a 15 MiB text a piece at a time', () => {
+    const count = (event: GateableEvent) => {
+      const steps = measureEventSteps(event);
+      let n = 0;
+      while (!steps.next().done) n += 1;
+      return n;
+    };
+    const event = (output: unknown) => ({
+      id: UUID,
+      type: 'tool.finished',
+      data: { toolCallId: 'c1', output },
+      metadata: {},
+    });
+
+    expect(count(event('y'.repeat(1000)))).toBe(0);
+    expect(count(event(Array.from({ length: 1000 }, () => 'short')))).toBe(0);
+    expect(count(event('y'.repeat(15 * 2 ** 20)))).toBeGreaterThanOrEqual(60);
+    // Members weigh too: forty thousand zeros, in an array or under short keys.
+    const zeros = Array.from({ length: 40_000 }, () => 0);
+    expect(count(event(zeros))).toBeGreaterThan(1000);
+    expect(count(event(Object.fromEntries(zeros.map((z, i) => [`k${i}`, z]))))).toBeGreaterThan(
+      1000,
     );
   });
 

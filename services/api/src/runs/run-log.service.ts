@@ -18,6 +18,7 @@ import {
   isEventType,
   isPlainObject,
   mapInSlices,
+  measureEventSteps,
   nextTurn,
   runHeadOf,
   runInSlices,
@@ -255,12 +256,13 @@ export class RunLogService {
   }
 
   /**
-   * Measures an event once and reduces it to fit EVENT_MAX_BYTES. A reduced event goes
+   * Measures an event once, in slices, and reduces it to fit EVENT_MAX_BYTES. A reduced event goes
    * through the same strict validator as the client's: a stamp the schema refused would lose
    * the very record it exists to keep.
    */
   private async gate(event: ValidEvent & { id: string }, clock: SliceClock): Promise<Gated> {
-    const gated = gateEvent(event, this.config.eventMaxBytes);
+    const measured = await runInSlices(measureEventSteps(event), clock);
+    const gated = gateEvent(event, this.config.eventMaxBytes, measured);
     if (clock.due()) await clock.turn();
     if (!gated.truncated) return gated;
     const check = await validateEventInSlices(gated.event, undefined, clock);
