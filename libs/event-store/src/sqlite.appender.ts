@@ -52,7 +52,52 @@ export interface WriterData {
   synchronous: SqliteSynchronous;
 }
 
-export type ToWriter = { type: 'group'; requests: AppendRequest[] } | { type: 'close' };
+/**
+ * An append as it is handed to the writer thread: data of more than WIRE_BYTES_CHARS goes as
+ * its UTF-8 bytes, whose buffer is moved to the thread rather than copied. Copying the
+ * strings of a group of 25 megabyte events held the service's event loop for 85-140 ms.
+ */
+export interface WireRequest extends Omit<AppendRequest, 'events'> {
+  events: (Omit<SerializedEvent, 'data'> & { data: string | Uint8Array })[];
+}
+
+export const WIRE_BYTES_CHARS = 64 * 1024;
+
+/** The event for the wire: long data encoded as UTF-8 (sliced with the serialization). */
+export function toWire(event: SerializedEvent): WireRequest['events'][number] {
+  if (event.data.length <= WIRE_BYTES_CHARS) return event;
+  return { ...event, data: new TextEncoder().encode(event.data) };
+}
+
+/** The buffers a group's wire form moves to the writer thread. */
+export function wireTransfers(requests: readonly WireRequest[]): ArrayBuffer[] {
+  return requests.flatMap((request) =>
+    request.events.flatMap((event) =>
+      typeof event.data === 'string' ? [] : [event.data.buffer as ArrayBuffer],
+    ),
+  );
+}
+
+/** The request as the appender takes it, its data text again. */
+export function fromWire(request: WireRequest): AppendRequest {
+  return {
+    ...request,
+    events: request.events.map((event) =>
+      typeof event.data === 'string'
+        ? (event as SerializedEvent)
+        : {
+            ...event,
+            data: Buffer.from(
+              event.data.buffer,
+              event.data.byteOffset,
+              event.data.byteLength,
+            ).toString('utf8'),
+          },
+    ),
+  };
+}
+
+export type ToWriter = { type: 'group'; requests: WireRequest[] } | { type: 'close' };
 
 export type FromWriter =
   { type: 'outcomes'; outcomes: AppendOutcome[] } | { type: 'commit-failed'; message: string };

@@ -103,7 +103,15 @@ describe('SQLite subscriptions', () => {
     try {
       const seen: { n: number; size: number }[] = [];
       const pages: number[] = [];
+      // Whether other work had a turn since the page before: a task set at each page.
+      const turns: boolean[] = [];
+      let turned = true;
       for await (const page of subscription) {
+        turns.push(turned);
+        turned = false;
+        setImmediate(() => {
+          turned = true;
+        });
         pages.push(page.length);
         for (const event of page) {
           seen.push({ n: (event.data as { n: number }).n, size: event.size ?? 0 });
@@ -115,11 +123,40 @@ describe('SQLite subscriptions', () => {
       // A read stops once the events after its first hold 4 MiB of JSON: five of these events,
       // never the twelve.
       expect(Math.max(...pages)).toBe(5);
+      expect(turns).toEqual(pages.map(() => true));
     } finally {
       await subscription.close();
       await store.close();
     }
   }, 10_000);
+});
+
+describe('SQLite appends of large events', () => {
+  it.each([['inline'], ['thread']] as const)(
+    'serialize a batch of megabyte events in slices, so a small append made after it is not held behind it (%s writer)',
+    async (writer) => {
+      const store = new SqliteEventStore({ file: join(dir, `sliced-${writer}.db`), writer });
+      try {
+        const text = 'x'.repeat(2 ** 20);
+        const large = Array.from({ length: 25 }, (_, n) => ({
+          id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
+          type: 'message.added',
+          data: { n, text },
+          metadata: {},
+        }));
+        const small = [{ ...large[0], id: '00000000-0000-7000-8000-100000000000', data: {} }];
+        const [big, quick] = await Promise.all([
+          store.append(runStream('acme', 'large'), large),
+          store.append(runStream('acme', 'small'), small),
+        ]);
+        expect(quick.position).toBeLessThan(big.events[0].position);
+        expect((await store.readStream(runStream('acme', 'large'))).length).toBe(25);
+      } finally {
+        await store.close();
+      }
+    },
+    30_000,
+  );
 });
 
 describe('SQLite with a writer thread', () => {
@@ -170,6 +207,27 @@ describe('SQLite with a writer thread', () => {
       expect(again).toEqual({ ...first, idempotent: true });
       await expect(
         store.append(stream, [{ ...event(1), data: { n: 'changed' } }]),
+      ).rejects.toBeInstanceOf(EventIdConflictError);
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
+
+  it('moves long data to the thread as bytes and stores the very text: read back, retried, changed', async () => {
+    const store = new SqliteEventStore({ file: join(dir, 'wire.db'), writer: 'thread' });
+    try {
+      const stream = runStream('acme', 'wire');
+      const text = 'é😀"\\\n\u0001 '.repeat(20_000);
+      const long = { ...event(1), data: { n: 1, text } };
+      const first = await store.append(stream, [long, event(2)]);
+      const [read] = await store.readStream(stream, { maxCount: 1 });
+      expect(read.data).toEqual({ n: 1, text });
+      await expect(store.append(stream, [long, event(2)])).resolves.toEqual({
+        ...first,
+        idempotent: true,
+      });
+      await expect(
+        store.append(stream, [{ ...long, data: { n: 1, text: `${text}!` } }]),
       ).rejects.toBeInstanceOf(EventIdConflictError);
     } finally {
       await store.close();

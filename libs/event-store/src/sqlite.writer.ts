@@ -6,6 +6,7 @@
 import Database from 'better-sqlite3';
 import { parentPort, workerData } from 'node:worker_threads';
 import {
+  fromWire,
   SqliteAppender,
   type AppendOutcome,
   type FromWriter,
@@ -32,7 +33,7 @@ parentPort!.on('message', (message: ToWriter) => {
   }
   let outcomes: AppendOutcome[];
   try {
-    outcomes = appender.appendGroup(message.requests);
+    outcomes = appender.appendGroup(message.requests.map(fromWire));
   } catch (error) {
     post({ type: 'commit-failed', message: String(error) });
     return;
