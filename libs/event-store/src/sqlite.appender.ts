@@ -61,7 +61,7 @@ export interface WireRequest extends Omit<AppendRequest, 'events'> {
   events: (Omit<SerializedEvent, 'data'> & { data: string | Uint8Array })[];
 }
 
-export const WIRE_BYTES_CHARS = 64 * 1024;
+const WIRE_BYTES_CHARS = 64 * 1024;
 
 /** The event for the wire: long data encoded as UTF-8 (sliced with the serialization). */
 export function toWire(event: SerializedEvent): WireRequest['events'][number] {

@@ -30,13 +30,13 @@ import {
   type Subscription,
 } from './event-store.port';
 import {
+  fromWire,
   refusalError,
   SqliteAppender,
-  type AppendOutcome,
-  fromWire,
-  type FromWriter,
   toWire,
   wireTransfers,
+  type AppendOutcome,
+  type FromWriter,
   type SerializedEvent,
   type SqliteSynchronous,
   type ToWriter,

@@ -83,8 +83,8 @@ function answerUnroutable(
 /**
  * The key checked as a request is routed, bodies read under their route's limits, every
  * answer named by its request id (`X-Request-Id`), and its latency in
- * `http_request_duration_seconds`. Call before `app.init()`: the body
- * limits are set as routes are registered.
+ * `http_request_duration_seconds`. Call before `app.init()`: the body limits are set as
+ * routes are registered.
  */
 export function guardHttp(app: NestFastifyApplication, config: AppConfig): void {
   const fastify = app.getHttpAdapter().getInstance();

@@ -256,9 +256,9 @@ export class RunLogService {
   }
 
   /**
-   * Measures an event once, in slices, and reduces it to fit EVENT_MAX_BYTES. A reduced event goes
-   * through the same strict validator as the client's: a stamp the schema refused would lose
-   * the very record it exists to keep.
+   * Measures an event once, in slices, and reduces it to fit EVENT_MAX_BYTES. A reduced event
+   * goes through the same strict validator as the client's: a stamp the schema refused would
+   * lose the very record it exists to keep.
    */
   private async gate(event: ValidEvent & { id: string }, clock: SliceClock): Promise<Gated> {
     const measured = await runInSlices(measureEventSteps(event), clock);
