@@ -64,11 +64,7 @@ export function httpAdapter(config: AppConfig): FastifyAdapter {
   });
 }
 
-function answerUnroutable(
-  error: FastifyError,
-  _request: FastifyRequest,
-  reply: FastifyReply,
-): void {
+function answerUnroutable(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
   const refusal =
     error.code === 'FST_ERR_MAX_PARAM_LENGTH'
       ? new ApiError(
@@ -77,7 +73,8 @@ function answerUnroutable(
           `a path segment is longer than ${MAX_PARAM_LENGTH} characters`,
         )
       : new ApiError(400, 'bad_url', 'the path is not a valid URL: a %-escape does not decode');
-  void reply.code(refusal.status).send(refusal.body());
+  // Answered before routing, so without the hooks that name every routed answer.
+  void reply.header('X-Request-Id', request.id).code(refusal.status).send(refusal.body());
 }
 
 /**

@@ -136,6 +136,34 @@ describe('request ids', () => {
     }
   });
 
+  it("names the answers Fastify cannot route, keeping a gateway's id: 414 and bad_url", async () => {
+    const tooLong = await t
+      .http()
+      .get(`/v1/threads/${'a'.repeat(300)}`)
+      .set(t.auth())
+      .set('X-Request-Id', 'gw-414');
+    expect(tooLong.status).toBe(414);
+    expect(tooLong.headers['x-request-id']).toBe('gw-414');
+    const badUrl = await rawRequest(
+      t,
+      'GET /v1/runs/%zz/stream HTTP/1.1\r\nHost: x\r\nX-Request-Id: gw-400\r\nConnection: close\r\n\r\n',
+    );
+    expect(badUrl.status).toBe(400);
+    expect(badUrl.headers['x-request-id']).toBe('gw-400');
+  });
+
+  it('names the refusals written before a request exists with an id of their own', async () => {
+    const garbage = await rawRequest(t, 'GARBAGE\r\n\r\n');
+    expect(garbage.status).toBe(400);
+    expect(garbage.headers['x-request-id']).toMatch(UUID);
+    const huge = await rawRequest(
+      t,
+      `GET /health/live HTTP/1.1\r\nHost: x\r\nX-Filler: ${'a'.repeat(17 * 1024)}\r\n\r\n`,
+    );
+    expect(huge.status).toBe(431);
+    expect(huge.headers['x-request-id']).toMatch(UUID);
+  });
+
   it('makes its own id instead of one too long, with spaces or controls, or sent twice', async () => {
     for (const id of ['a'.repeat(129), 'two words', 'a\tb', '<script>', '']) {
       const res = await t.http().get('/health/live').set('X-Request-Id', id);

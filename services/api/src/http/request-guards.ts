@@ -20,6 +20,7 @@
  * only once the key and these limits let it through.
  */
 import { isUtf8 } from 'node:buffer';
+import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -137,8 +138,9 @@ export function answerClientError(error: Error & { code?: string }, socket: Sock
   if (socket.writable && socket.bytesWritten === 0) {
     const { status, body } = clientErrorAnswer(error.code);
     const json = JSON.stringify(body);
+    // No request was made of these bytes (or node keeps it from us): the id is a new one.
     socket.write(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(json)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${json}`,
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(json)}\r\nContent-Type: application/json\r\nX-Request-Id: ${randomUUID()}\r\nConnection: close\r\n\r\n${json}`,
     );
   }
   socket.destroy(error);
