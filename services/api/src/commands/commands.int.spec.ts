@@ -1,3 +1,4 @@
+import { Logger } from '@nestjs/common';
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -212,21 +213,34 @@ describe('resolve', () => {
 
   it('refuses to decide while the policy file cannot be read or parsed: 503, nothing written', async () => {
     const { runId } = await newRun([approval('ap-9')]);
-    for (const broken of ['default: [unclosed', null]) {
-      if (broken === null) rmSync(policyFile);
-      else writeFileSync(policyFile, broken);
-      try {
+    const errors = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    // Another tenant's thread, named in the broken file, is not the caller's to learn.
+    const secret = 'tenants:\n  tenant-b:\n    threads:\n      secret-merger: {deny: [x\n';
+    try {
+      for (const broken of [secret, null]) {
+        if (broken === null) rmSync(policyFile);
+        else writeFileSync(policyFile, broken);
         const res = await post(`/v1/runs/${runId}/approvals/ap-9/resolve`, { decision: 'deny' });
         expect(res.status).toBe(503);
         expect(res.headers['retry-after']).toBe('1');
-        expect(res.body).toMatchObject({
+        expect(res.body).toEqual({
           error: 'policy_unavailable',
-          message: expect.stringContaining(`POLICY_FILE ${policyFile}`),
+          message:
+            'the tool policy cannot be read now; no decision is taken without it, and nothing was written: retry once the operator has mended it',
         });
         expect(await types(runId)).not.toContain('approval.resolved');
-      } finally {
-        writeFileSync(policyFile, 'default:\n  deny: ["format_disk"]\n');
+        // The operator is told what is wrong, and where.
+        expect(errors).toHaveBeenLastCalledWith(
+          expect.objectContaining({
+            msg: 'the tool policy cannot be read; decisions are refused until it is mended',
+            tenantId: 'tenant-a',
+            problem: expect.stringContaining(`POLICY_FILE ${policyFile}`),
+          }),
+        );
       }
+    } finally {
+      errors.mockRestore();
+      writeFileSync(policyFile, 'default:\n  deny: ["format_disk"]\n');
     }
     const mended = await post(`/v1/runs/${runId}/approvals/ap-9/resolve`, { decision: 'deny' });
     expect(mended.status).toBe(201);

@@ -8,7 +8,7 @@
  * that need it (503 policy_unavailable, nothing written) until it is mended: never a decision
  * without it.
  */
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Logger } from '@nestjs/common';
 import { evaluatePolicy, type PolicyVerdict } from '@runledger/domain';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { readPolicyFile, type PolicyFile } from '../config/policy-file';
@@ -19,6 +19,7 @@ export const NO_POLICY_REVISION = 'none';
 @Injectable()
 export class PolicyService {
   private loaded: PolicyFile | null = null;
+  private readonly logger = new Logger('policy');
 
   constructor(@Inject(APP_CONFIG) private readonly config: AppConfig) {}
 
@@ -27,19 +28,26 @@ export class PolicyService {
     threadId: string,
     toolName: string,
   ): PolicyVerdict & { revision: string } {
-    const { doc, revision } = this.current();
+    const { doc, revision } = this.current(tenantId);
     return { ...evaluatePolicy(doc, tenantId, threadId, toolName), revision };
   }
 
-  private current(): PolicyFile {
+  private current(tenantId: string): PolicyFile {
     const file = this.config.policyFile;
     if (file === undefined) return { revision: NO_POLICY_REVISION, doc: {} };
     const read = readPolicyFile(file, this.loaded);
     if (typeof read === 'string') {
+      // The file's path and the parser's quote of it (every tenant's rules) are the operator's
+      // to read, not the caller's.
+      this.logger.error({
+        msg: 'the tool policy cannot be read; decisions are refused until it is mended',
+        tenantId,
+        problem: read,
+      });
       throw new ApiError(
         503,
         'policy_unavailable',
-        `${read}; no decision is taken without the policy, and nothing was written: retry once it is mended`,
+        'the tool policy cannot be read now; no decision is taken without it, and nothing was written: retry once the operator has mended it',
       );
     }
     this.loaded = read;
