@@ -79,14 +79,23 @@ export type ConsumeRefusal =
   | 'user_mismatch'
   | 'run_finished'
   | 'superseded'
+  | 'tool_finished'
   | 'policy_forbids';
 
 /** What consuming needs to know of the run now, folded from its own stream. */
 export interface ConsumeContext {
   threadId: string;
   finished: boolean;
-  /** The approval the receipt names, as recorded: its tool call and its resolution's receipt id. */
-  approval?: { toolCallId: string; resolvedReceipt?: string; resolvedDigest?: string };
+  /**
+   * The approval the receipt names, as recorded: its tool call, its resolution's receipt id,
+   * and whether the call has finished since (the runtime went on without it, or gave up).
+   */
+  approval?: {
+    toolCallId: string;
+    resolvedReceipt?: string;
+    resolvedDigest?: string;
+    toolFinished?: boolean;
+  };
   /** The newest approval asked for the receipt's tool call. */
   latestApprovalId?: string;
 }
@@ -134,6 +143,7 @@ export function consumeRefusal(
     run.latestApprovalId !== claims.approvalId
   )
     return 'superseded';
+  if (approval.toolFinished) return 'tool_finished';
   if (!policyAllows) return 'policy_forbids';
   return null;
 }

@@ -159,6 +159,13 @@ describe('consuming a receipt', () => {
       'superseded',
     ],
     ['a run of another thread', {}, { threadId: 'thread-9' }, true, 'superseded'],
+    [
+      'a tool call that finished since',
+      {},
+      { approval: { toolCallId: 'tc-1', resolvedReceipt: claims.rid, toolFinished: true } },
+      true,
+      'tool_finished',
+    ],
     ['a policy that no longer allows the tool', {}, {}, false, 'policy_forbids'],
   ])('is refused for %s', (_, tried, now, policyAllows, reason) => {
     expect(consumeRefusal(claims, { ...attempt, ...tried }, { ...run, ...now }, policyAllows)).toBe(

@@ -33,8 +33,11 @@ export interface ApprovalRecord {
   toolName: string;
   input: unknown;
   question?: string;
-  /** Revision of the tool's finish, when the call finished while this request waited. */
-  overtakenAt?: number;
+  /**
+   * Revision of its tool call's finish, once the call finished: while the request waited
+   * (nothing is left to resolve), or after its resolution (its receipt runs nothing).
+   */
+  finishedAt?: number;
   resolution?: {
     decision: string;
     downgraded: boolean;
@@ -129,16 +132,12 @@ export function evolve(state: RunState, event: RecordedRunEvent): RunState {
       break;
     }
     case 'tool.finished': {
-      // The call went ahead (or gave up) without an answer: its waiting request has nothing
-      // left to decide, as the thread view no longer lists it.
+      // The call went ahead (or gave up): a request still waiting has nothing left to decide,
+      // as the thread view no longer lists it, and a resolved one's receipt nothing to run.
       const approvalId = state.latestApprovalByToolCall.get(data.toolCallId as string);
       const approval = approvalId === undefined ? undefined : state.approvals.get(approvalId);
-      if (
-        approval !== undefined &&
-        approval.toolCallId === data.toolCallId &&
-        !approval.resolution
-      ) {
-        approval.overtakenAt ??= event.revision;
+      if (approval !== undefined && approval.toolCallId === data.toolCallId) {
+        approval.finishedAt ??= event.revision;
       }
       break;
     }
@@ -366,11 +365,11 @@ export function decideResolve(command: ResolveCommand, state: RunState): Outcome
       { supersededBy: latest },
     );
   }
-  if (approval.overtakenAt !== undefined) {
+  if (approval.finishedAt !== undefined) {
     return refuse(
       'tool_finished',
       `tool call ${approval.toolCallId} finished while approval ${approvalId} waited: nothing is left to decide`,
-      { toolCallId: approval.toolCallId, finishedAtRevision: approval.overtakenAt },
+      { toolCallId: approval.toolCallId, finishedAtRevision: approval.finishedAt },
     );
   }
   const verdict = command.policy(state.threadId, approval.toolName);
@@ -463,6 +462,7 @@ export function decideConsume(command: ConsumeCommand, state: RunState): Outcome
               toolCallId: approval.toolCallId,
               resolvedReceipt: approval.resolution?.receipt,
               resolvedDigest: approval.resolution?.receiptDigest,
+              toolFinished: approval.finishedAt !== undefined,
             },
           }),
       latestApprovalId: state.latestApprovalByToolCall.get(claims.toolCallId),

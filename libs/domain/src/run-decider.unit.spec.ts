@@ -549,6 +549,15 @@ describe('deciders', () => {
       ]);
     });
 
+    it('refuses once its tool call finished after the resolution; another call finishing is no matter', () => {
+      const finish = (toolCallId: string) => ({
+        type: 'tool.finished',
+        data: { toolCallId, failed: true, errorText: 'gave up' },
+      });
+      consumeAfter([finish('call-1')]).thenRefuses('receipt_refused', { reason: 'tool_finished' });
+      consumeAfter([finish('call-9')]).then([{ type: 'receipt.consumed', data: {} }]);
+    });
+
     it('refuses after the run finished or was stopped', () => {
       consumeAfter([{ type: 'run.finished', data: { status: 'cancelled' } }]).thenRefuses(
         'receipt_refused',

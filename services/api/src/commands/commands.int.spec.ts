@@ -386,6 +386,28 @@ describe('approval ids', () => {
     expect(late.body).toMatchObject({ error: 'tool_finished', toolCallId: 'call-t1' });
     expect(await types(runId)).not.toContain('approval.resolved');
   });
+
+  it('resolved, then overtaken by its tool finishing: its receipt is refused, unspent', async () => {
+    const { runId } = await newRun([approval('t2')]);
+    const resolved = await post(`/v1/runs/${runId}/approvals/t2/resolve`, { decision: 'allow' });
+    expect(resolved.status).toBe(201);
+    await post(`/v1/runs/${runId}/events`, {
+      events: [
+        {
+          type: 'tool.finished',
+          data: { toolCallId: 'call-t2', failed: true, errorText: 'gave up waiting' },
+        },
+      ],
+    });
+    const consumed = await post('/v1/receipts/consume', {
+      receipt: resolved.body.receipt,
+      toolName: 'deploy',
+      input: { env: 'prod' },
+    });
+    expect(consumed.status).toBe(403);
+    expect(consumed.body).toMatchObject({ error: 'receipt_refused', reason: 'tool_finished' });
+    expect(await types(runId)).not.toContain('receipt.consumed');
+  });
 });
 
 describe('receipts', () => {
