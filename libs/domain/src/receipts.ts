@@ -76,7 +76,6 @@ export type ConsumeRefusal =
   | 'tool_call_mismatch'
   | 'input_mismatch'
   | 'denied'
-  | 'user_mismatch'
   | 'run_finished'
   | 'superseded'
   | 'tool_finished'
@@ -105,7 +104,7 @@ export interface ConsumeAttempt {
   /** Optional: a consumer that names the call has it checked too. */
   toolCallId?: string;
   inputDigest: string;
-  /** The acting user consuming. */
+  /** The acting user consuming, recorded as `consumedBy`: any user of the receipt's tenant. */
   user: string;
   /** The bearer token itself, so a legacy resolution that recorded it is still recognised. */
   receipt: string;
@@ -113,9 +112,10 @@ export interface ConsumeAttempt {
 
 /**
  * Decides whether a verified receipt may be consumed now: for the tool, call and input it
- * names, by the user it was issued to, while its run is still going, its approval is the
- * newest for its call and was resolved with this very receipt, and the policy now allows the
- * tool. Null: consume it.
+ * names, while its run is still going, its approval is the newest for its call and was
+ * resolved with this very receipt, its call has not finished, and the policy now allows the
+ * tool. Null: consume it. The user it names is the one who decided; it is a bearer token the
+ * resolver hands to the runtime, whose own key (with `append`) consumes it.
  */
 export function consumeRefusal(
   claims: ReceiptClaims,
@@ -128,7 +128,6 @@ export function consumeRefusal(
     return 'tool_call_mismatch';
   if (claims.inputDigest !== attempt.inputDigest) return 'input_mismatch';
   if (claims.decision !== 'allow') return 'denied';
-  if (claims.user !== attempt.user) return 'user_mismatch';
   if (run.finished) return 'run_finished';
   const approval = run.approval;
   const resolvedWithThis =

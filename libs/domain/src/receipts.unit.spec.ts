@@ -123,11 +123,16 @@ describe('consuming a receipt', () => {
     expect(consumeRefusal(claims, { ...attempt, toolCallId: 'tc-1' }, run, true)).toBeNull();
   });
 
+  it('is allowed for another user of the tenant: the runtime consumes what a person decided', () => {
+    expect(
+      consumeRefusal(claims, { ...attempt, user: 'key:0123456789abcdef' }, run, true),
+    ).toBeNull();
+  });
+
   it.each<[string, Partial<ConsumeAttempt>, Partial<ConsumeContext>, boolean, string]>([
     ['another tool', { toolName: 'destroy' }, {}, true, 'tool_mismatch'],
     ['another tool call', { toolCallId: 'tc-2' }, {}, true, 'tool_call_mismatch'],
     ['another input', { inputDigest: inputDigest({ env: 'dev' }) }, {}, true, 'input_mismatch'],
-    ['another user', { user: 'u:mallory' }, {}, true, 'user_mismatch'],
     ['a run that finished or was stopped', {}, { finished: true }, true, 'run_finished'],
     ['an approval asked again for the call', {}, { latestApprovalId: 'ap-2' }, true, 'superseded'],
     [

@@ -565,10 +565,13 @@ describe('deciders', () => {
       );
     });
 
-    it('refuses another user, a policy that no longer allows the tool, a superseded approval', () => {
-      consumeAfter([], { user: 'Дмитрий' }).thenRefuses('receipt_refused', {
-        reason: 'user_mismatch',
-      });
+    it('records who consumed it, another user than the one who decided', () => {
+      consumeAfter([], { user: 'key:runtime' }).then([
+        { type: 'receipt.consumed', data: { approvalId: 'ap-1', consumedBy: 'key:runtime' } },
+      ]);
+    });
+
+    it('refuses a policy that no longer allows the tool, a superseded approval', () => {
       consumeAfter([], { policyAllows: false }).thenRefuses('receipt_refused', {
         reason: 'policy_forbids',
       });
@@ -576,8 +579,8 @@ describe('deciders', () => {
     });
 
     it('names the reason in its refusal', () => {
-      expect(consumeAfter([], { user: 'Дмитрий' }).refusal?.message).toBe(
-        'the receipt is refused: user_mismatch',
+      expect(consumeAfter([], { policyAllows: false }).refusal?.message).toBe(
+        'the receipt is refused: policy_forbids',
       );
     });
 

@@ -126,7 +126,7 @@ export class CommandsController {
     summary: 'Consume a one-use receipt: `{ receipt, toolName, input }`',
     description:
       'Verifies the signature and expiry, then re-checks what the receipt is bound to, as it is now: the tool, ' +
-      'tool call (`toolCallId`, optional) and input digest, the user it was issued to, the run still going, ' +
+      'tool call (`toolCallId`, optional) and input digest, the run still going, ' +
       'the approval not superseded, its tool call not finished, and the policy still allowing the tool; any of those failing is 403 ' +
       '`receipt_refused` with its `reason`. Then it is consumed once across all replicas (append to the ' +
       "tenant's `receipt-<tenant>-<id>` with `no_stream`). Any later use: 409 `receipt_already_used`.",

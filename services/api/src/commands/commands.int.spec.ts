@@ -618,16 +618,27 @@ describe('receipts are re-checked when consumed', () => {
     expect(res.body.reason).toBe('run_finished');
   });
 
-  it('refuses a receipt consumed by another user than the one it was issued to', async () => {
-    const { receipt } = await resolvedBy(gateway('Łukasz'));
-    const send = (headers: Record<string, string>) =>
-      t.http().post('/v1/receipts/consume').set(headers).send(consumeBody(receipt));
-    const other = await send(gateway('Дмитрий'));
-    expect(other.status).toBe(403);
-    expect(other.body).toMatchObject({ error: 'receipt_refused', reason: 'user_mismatch' });
-    const keyItself = await send(t.auth(KEYS.gatewayA));
-    expect(keyItself.body.reason).toBe('user_mismatch');
-    expect((await send(gateway('Łukasz'))).status).toBe(200);
+  it("is consumed by the runtime's own key, a person having decided: both are recorded", async () => {
+    // `approve` and `append` are separate keys: the person decides, the runtime runs the tool.
+    const { runId, receipt } = await resolvedBy(gateway('Łukasz'));
+    const res = await t
+      .http()
+      .post('/v1/receipts/consume')
+      .set(t.auth(KEYS.runtimeA))
+      .send(consumeBody(receipt));
+    expect(res.status).toBe(200);
+    const events = (await t.http().get(`/v1/runs/${runId}/events`).set(t.auth())).body.events as {
+      type: string;
+      data: Record<string, unknown>;
+    }[];
+    expect(events.find((e) => e.type === 'approval.resolved')?.data.decidedBy).toBe('Łukasz');
+    // Spent: whoever presents it again, the runtime or the person's gateway.
+    const again = await t
+      .http()
+      .post('/v1/receipts/consume')
+      .set(gateway('Łukasz'))
+      .send(consumeBody(receipt));
+    expect(again.status).toBe(409);
   });
 
   it('refuses a receipt presented with a read-only key', async () => {
