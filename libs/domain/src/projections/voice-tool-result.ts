@@ -75,8 +75,8 @@ export function toolPartResult(
 /** The hint a cut result ends with: the general remedy first, then the specific one. */
 export function continuationHint(cutAt: number, totalChars: number): string {
   return (
-    `[Result cut at ${grouped(cutAt)} of ${grouped(totalChars)} characters. ` +
-    `Ask again for less: a narrower query or filter. ` +
+    `[Result cut at ${grouped(cutAt)} of ${grouped(totalChars)} characters; ` +
+    `ask again for less: a narrower query or filter. ` +
     `Or ask for the rest, starting at character ${grouped(cutAt)}.]`
   );
 }

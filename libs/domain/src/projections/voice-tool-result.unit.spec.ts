@@ -1,6 +1,6 @@
 /**
  * A tool result quoted to a voice model (docs/architecture.md, "Why it exists"): whole up to 12,000 characters;
- * above that, cut, and the cut says so with a hint that leads with "Ask again for less".
+ * above that, cut, and the cut says so with a hint that leads with "ask again for less".
  */
 import fc from 'fast-check';
 import { given, takeFolded, ThreadLog } from './testing/thread-events';
@@ -96,10 +96,10 @@ describe('toolResultForVoice', () => {
     expect(text).not.toContain('b');
     const hint = text.slice(12_001);
     expect(hint).toBe(
-      '[Result cut at 12,000 of 15,456 characters. Ask again for less: a narrower query or filter. ' +
+      '[Result cut at 12,000 of 15,456 characters; ask again for less: a narrower query or filter. ' +
         'Or ask for the rest, starting at character 12,000.]',
     );
-    expect(hint.indexOf('Ask again for less')).toBeLessThan(hint.indexOf('ask for the rest'));
+    expect(hint.indexOf('ask again for less')).toBeLessThan(hint.indexOf('ask for the rest'));
   });
 
   it('cuts JSON output measured as the indented text the model would read', () => {
@@ -108,7 +108,7 @@ describe('toolResultForVoice', () => {
     const result = toolResultForVoice(finishedWith(output), 'tc1');
     expect(result?.totalChars).toBe(whole.length);
     expect(result?.text.startsWith(whole.slice(0, 12_000))).toBe(true);
-    expect(result?.text).toContain('Ask again for less');
+    expect(result?.text).toContain('ask again for less: a narrower query or filter');
   });
 
   it('never cuts inside a surrogate pair', () => {
@@ -196,7 +196,7 @@ describe('toolResultForVoice', () => {
 
   it('groups thousands in the hint at every order of magnitude', () => {
     expect(continuationHint(999, 1_234_567)).toBe(
-      '[Result cut at 999 of 1,234,567 characters. Ask again for less: a narrower query or filter. ' +
+      '[Result cut at 999 of 1,234,567 characters; ask again for less: a narrower query or filter. ' +
         'Or ask for the rest, starting at character 999.]',
     );
   });
