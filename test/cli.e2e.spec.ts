@@ -334,6 +334,16 @@ describe('runledger CLI: replay, verify and rebuild on a data directory the serv
       unreadable: expect.stringContaining('does not parse'),
     });
     expect(lines[served.length]).toMatchObject({ verified: false, firstBrokenRevision: 3 });
+    // The log line naming it is one JSON line on stderr, as a log collector takes it, beside
+    // the command's own words (the broken revision).
+    const logged = replayed.stderr.split('\n').filter((line) => line.startsWith('{'));
+    expect(replayed.stderr).not.toContain('\u001b[');
+    expect(logged.map((line) => JSON.parse(line) as unknown)).toContainEqual(
+      expect.objectContaining({
+        level: 'error',
+        message: expect.objectContaining({ msg: 'a recorded event is unreadable', revision: 3 }),
+      }),
+    );
     const verified = await runCli(['verify', runId, '--tenant', 'e2e'], env);
     expect(verified.code).toBe(1);
     expect(JSON.parse(verified.stdout)).toMatchObject({

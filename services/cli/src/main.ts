@@ -3,7 +3,11 @@
  * The `runledger` executable (package.json "bin"; /usr/local/bin/runledger in the image).
  * Compiled with the services by `npm run build`: nothing here needs ts-node.
  */
+import { Logger } from '@nestjs/common';
 import { EXIT, runCli } from './cli';
+import { StderrJsonLogger } from './stderr-logger';
+
+Logger.overrideLogger(new StderrJsonLogger());
 
 // A reader that stopped reading (`runledger replay <run> | head`): end quietly, as a process a
 // SIGPIPE ends would, rather than with a stack trace and the exit code of a broken chain.
