@@ -1143,7 +1143,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1342,7 +1342,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1437,7 +1437,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1528,7 +1528,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1619,7 +1619,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1717,7 +1717,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2084,7 +2084,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2215,7 +2215,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2332,7 +2332,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2511,7 +2511,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2674,7 +2674,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2753,7 +2753,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2830,7 +2830,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3074,7 +3074,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds. */
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     [name: string]: unknown;

@@ -105,12 +105,21 @@ interface WriterThread {
  */
 const READ_BATCH = 500;
 
+/**
+ * How long a failed commit (a full disk) keeps `ping`, and so readiness, failing unless a
+ * commit succeeds first: long enough for a load balancer to see it, short enough that a
+ * replica taken out of rotation, and so no longer writing, is tried again once it is mended.
+ */
+const COMMIT_FAILURE_HOLD_MS = 15_000;
+
 export class SqliteEventStore implements EventStore {
   private readonly db: Db;
   private readonly committed = new EventEmitter();
   private readonly pollIntervalMs: number;
   private readonly maxGroupSize: number;
   private pending: PendingAppend[] = [];
+  /** The last commit, when it failed: readiness says so for a while (COMMIT_FAILURE_HOLD_MS). */
+  private lastCommitFailure: { error: StoreUnavailableError; at: number } | null = null;
   /** Appends whose events are being serialized, queued once they are. */
   private readonly serializing = new Set<Promise<unknown>>();
   private flushScheduled = false;
@@ -240,10 +249,10 @@ export class SqliteEventStore implements EventStore {
       try {
         outcomes = this.appender!.appendGroup(group.map((append) => fromWire(append.request)));
       } catch (error) {
-        commitFailed(group, error);
+        this.commitFailed(group, error);
         continue;
       }
-      settle(group, outcomes);
+      this.settle(group, outcomes);
     }
     this.committed.emit('commit');
   }
@@ -260,8 +269,8 @@ export class SqliteEventStore implements EventStore {
     worker.on('message', (message: FromWriter) => {
       const group = writer.inFlight ?? [];
       writer.inFlight = null;
-      if (message.type === 'commit-failed') commitFailed(group, message.message);
-      else settle(group, message.outcomes);
+      if (message.type === 'commit-failed') this.commitFailed(group, message.message);
+      else this.settle(group, message.outcomes);
       this.committed.emit('commit');
       this.sendGroup(writer);
     });
@@ -449,6 +458,8 @@ export class SqliteEventStore implements EventStore {
   async ping(): Promise<void> {
     if (this.closed) throw new StoreUnavailableError('the SQLite event store is closed');
     if (this.writer?.failure) throw this.writer.failure;
+    const failed = this.lastCommitFailure;
+    if (failed && Date.now() - failed.at < COMMIT_FAILURE_HOLD_MS) throw failed.error;
     this.db.prepare('SELECT 1').get();
   }
 
@@ -465,6 +476,25 @@ export class SqliteEventStore implements EventStore {
     }
     this.committed.emit('close');
     this.db.close();
+  }
+
+  /** A group committed: each append answers its outcome, and the store can write again. */
+  private settle(group: readonly PendingAppend[], outcomes: readonly AppendOutcome[]): void {
+    this.lastCommitFailure = null;
+    group.forEach((append, i) => {
+      const outcome = outcomes[i];
+      if ('written' in outcome) append.resolve(outcome.written);
+      else append.reject(refusalError(outcome.refused));
+    });
+  }
+
+  /** The commit itself failed (disk full, lock timeout): nothing of the group is recorded. */
+  private commitFailed(group: readonly PendingAppend[], error: unknown): void {
+    const failure = new StoreUnavailableError(`SQLite commit failed: ${String(error)}`, {
+      cause: error,
+    });
+    this.lastCommitFailure = { error: failure, at: Date.now() };
+    for (const append of group) append.reject(failure);
   }
 
   /** Resolves once every append made so far has its outcome. */
@@ -495,21 +525,7 @@ function toJson(event: EventToAppend, field: 'data' | 'metadata'): string {
   return text;
 }
 
-function settle(group: readonly PendingAppend[], outcomes: readonly AppendOutcome[]): void {
-  group.forEach((append, i) => {
-    const outcome = outcomes[i];
-    if ('written' in outcome) append.resolve(outcome.written);
-    else append.reject(refusalError(outcome.refused));
-  });
-}
 
-/** The commit itself failed (disk full, lock timeout): nothing of the group is recorded. */
-function commitFailed(group: readonly PendingAppend[], error: unknown): void {
-  const failure = new StoreUnavailableError(`SQLite commit failed: ${String(error)}`, {
-    cause: error,
-  });
-  for (const append of group) append.reject(failure);
-}
 
 /**
  * The rows' events, up to the first whose stored JSON does not parse: the page ends before

@@ -5,6 +5,7 @@
  */
 import { ArgumentsHost, Catch, HttpException, Logger, type ExceptionFilter } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { StoreUnavailableError } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import { BodyRejections } from '../runs/body-rejections';
 import { ApiError } from './api-error';
@@ -68,6 +69,25 @@ export class ErrorFilter implements ExceptionFilter {
     const http = host.switchToHttp();
     const reply = http.getResponse<FastifyReply>();
     const request = http.getRequest<FastifyRequest>();
+    if (error instanceof StoreUnavailableError) {
+      // Not the client's doing, nor a fault of ours to hide: the operator is told what (a full
+      // disk, a writer gone), the client that nothing was written and to come back.
+      this.logger.error({
+        msg: 'the event store cannot write',
+        requestId: request.id,
+        tenantId: request.principal?.tenantId,
+        method: request.method,
+        url: request.url,
+        error: error.message,
+      });
+      const refusal = new ApiError(
+        503,
+        'store_unavailable',
+        'the event store cannot write now; nothing of the request was written: retry in a moment',
+      );
+      answerRefusal(request, reply, refusal, this.metrics);
+      return;
+    }
     const apiError = toApiError(error);
     if (!apiError) {
       this.logUnexpected(request, error);

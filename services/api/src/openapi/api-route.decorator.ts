@@ -32,7 +32,7 @@ const ERROR_MEANING: Record<number, string> = {
   414: 'A path segment over 256 characters (`uri_too_long`).',
   415: 'A body that is not `application/json`, or not in UTF-8 (`unsupported_media_type`).',
   429: 'Rate limited (`rate_limited`): retry after `Retry-After` seconds.',
-  503: 'Not available now (`projection_behind` with its `position`, `busy`, ...): retry after `Retry-After` seconds.',
+  503: 'Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds.',
 };
 
 /** What the HTTP edge answers any route that takes a body, before the route sees it. */

@@ -497,6 +497,47 @@ describe('a run whose log holds an unreadable event (a damaged row)', () => {
   });
 });
 
+describe('a store that cannot write (a full disk)', () => {
+  it('answers 503 store_unavailable, logged, readiness says why, and both recover once it writes', async () => {
+    const runId = newRunId();
+    expect((await append(runId, { events: [started()] })).status).toBe(201);
+    // Every insert fails as on a full disk: the commit is refused, the group rolled back.
+    const db = new Database(join(t.config.dataDir, 'runledger.db'));
+    db.exec(
+      "CREATE TRIGGER full_disk BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+    );
+    const errors = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    try {
+      const refused = await append(runId, { events: [message('lost?')] });
+      expect(refused.status).toBe(503);
+      expect(refused.headers['retry-after']).toBe('1');
+      expect(refused.body).toEqual({
+        error: 'store_unavailable',
+        message:
+          'the event store cannot write now; nothing of the request was written: retry in a moment',
+      });
+      expect(errors).toHaveBeenCalledWith(
+        expect.objectContaining({
+          msg: 'the event store cannot write',
+          requestId: refused.headers['x-request-id'],
+          tenantId: 'tenant-a',
+          error: expect.stringContaining('database or disk is full'),
+        }),
+      );
+      const ready = await t.http().get('/health/ready');
+      expect(ready.status).toBe(503);
+      expect(ready.body.checks.store).toContain('database or disk is full');
+    } finally {
+      db.exec('DROP TRIGGER full_disk');
+      db.close();
+      errors.mockRestore();
+    }
+    expect((await append(runId, { events: [message('again')] })).status).toBe(201);
+    expect((await t.http().get('/health/ready')).body.checks.store).toBe('ok');
+    expect((await recorded(runId)).map((e) => e.type)).toEqual(['run.started', 'message.added']);
+  });
+});
+
 describe('a run of large events', () => {
   // Twenty events of ~900 KB: more than one page's budget of event JSON (16 MiB), and of the
   // replay's and audit's (4 MiB).
