@@ -9,11 +9,12 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Metrics } from '@runledger/observability';
-import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AccessPolicy } from '../auth/access.guard';
 import { authenticateRequests } from '../auth/authenticate.hook';
 import type { AppConfig } from '../config/config';
 import { ApiError } from './api-error';
+import { answerRefusal } from './error.filter';
 import { answerClientError, guardRequestBodies } from './request-guards';
 
 /** Path ids may be 128 characters (PATH_ID_PATTERN); Fastify's default cap is 100. */
@@ -43,6 +44,9 @@ export const OWN_BODY_PARSER = { bodyParser: false } as const;
 export function httpAdapter(config: AppConfig): FastifyAdapter {
   return new FastifyAdapter({
     genReqId: requestIdOf,
+    // Refused by our own hook instead (guardHttp), in the API's shape: Fastify's own 503 body
+    // is `{ error: 'Service Unavailable', statusCode }`.
+    return503OnClosing: false,
     // Each route's own limit is set by its scope (guardRequestBodies); this is the ceiling.
     bodyLimit: config.bodyMaxBytes,
     // A JSON key like __proto__ or constructor.prototype is refused, never merged.
@@ -86,6 +90,7 @@ function answerUnroutable(error: FastifyError, request: FastifyRequest, reply: F
 export function guardHttp(app: NestFastifyApplication, config: AppConfig): void {
   const fastify = app.getHttpAdapter().getInstance();
   const metrics = app.get(Metrics);
+  refuseWhileClosing(fastify, metrics);
   authenticateRequests(fastify, app.get(AccessPolicy), metrics);
   guardRequestBodies(fastify, config);
   // Every answer names its request, so a client's report or a gateway's log finds ours.
@@ -103,5 +108,32 @@ export function guardHttp(app: NestFastifyApplication, config: AppConfig): void 
       reply.elapsedTime / 1000,
     );
     done();
+  });
+}
+
+/**
+ * A request routed once the service has begun to close (a SIGTERM under load: one already on
+ * a kept-alive connection, or whose headers were still arriving) is refused 503
+ * `shutting_down` with Retry-After, before its key or body is read: another replica answers it.
+ */
+function refuseWhileClosing(fastify: FastifyInstance, metrics: Metrics): void {
+  let closing = false;
+  fastify.addHook('preClose', (done) => {
+    closing = true;
+    done();
+  });
+  fastify.addHook('onRequest', (request, reply, done) => {
+    if (!closing) {
+      done();
+      return;
+    }
+    const refusal = new ApiError(
+      503,
+      'shutting_down',
+      'this instance is shutting down; retry, and another will answer',
+    );
+    // And the connection closes after it, so the close is not kept waiting on it.
+    reply.raw.shouldKeepAlive = false;
+    answerRefusal(request, reply, refusal, metrics);
   });
 }

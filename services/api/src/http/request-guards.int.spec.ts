@@ -179,6 +179,37 @@ describe('request ids', () => {
   });
 });
 
+describe('shutting down', () => {
+  it('answers a request that arrives while the service closes 503 in the API shape', async () => {
+    const t = await listening();
+    const { port } = t.app.getHttpServer().address() as AddressInfo;
+    const socket = connect(port, '127.0.0.1');
+    await new Promise((resolve) => socket.once('connect', resolve));
+    let received = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => {
+      received += chunk;
+    });
+    const ended = new Promise((resolve) => socket.once('close', resolve));
+    // Its headers begin before the close and end after it: routed while the service closes.
+    socket.write(`GET /v1/threads HTTP/1.1\r\nHost: x\r\n`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const closing = t.close();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    socket.write(`Authorization: Bearer ${KEYS.tenantA}\r\n\r\n`);
+    // The connection is closed after the answer: the close does not wait on it.
+    await ended;
+    await closing;
+    const [head, body] = received.split('\r\n\r\n');
+    expect(head).toMatch(/^HTTP\/1.1 503 /);
+    expect(head.toLowerCase()).toContain('retry-after: 1');
+    expect(JSON.parse(body)).toEqual({
+      error: 'shutting_down',
+      message: 'this instance is shutting down; retry, and another will answer',
+    });
+  });
+});
+
 describe('authentication before the body', () => {
   let t: TestApp;
   beforeAll(async () => {
