@@ -525,8 +525,6 @@ function toJson(event: EventToAppend, field: 'data' | 'metadata'): string {
   return text;
 }
 
-
-
 /**
  * The rows' events, up to the first whose stored JSON does not parse: the page ends before
  * it, and a page that starts with it throws UnreadableEventError, naming it.
