@@ -62,7 +62,7 @@ export const WELL_FORMED_PATTERN = /^(?:[^\ud800-\udfff]|[\ud800-\udbff][\udc00-
  * No lone surrogate: the log keeps one (JSON escapes it), but a read model's text column
  * turns it into U+FFFD, so `m\ud800` and `m\ud801` would become one message id twice.
  */
-function WellFormed(): PropertyDecorator {
+export function WellFormed(): PropertyDecorator {
   return ValidateBy({
     name: 'isWellFormed',
     validator: {

@@ -1,6 +1,12 @@
 /** The prompt's body, strict like every command body. */
 import { Allow, IsIn, IsString, MaxLength, ValidateIf } from 'class-validator';
-import { MAX_ID_LENGTH, RUN_SOURCES, type RunSource, NotBlank } from '@runledger/domain';
+import {
+  MAX_ID_LENGTH,
+  RUN_SOURCES,
+  type RunSource,
+  NotBlank,
+  WellFormed,
+} from '@runledger/domain';
 
 /** Longest prompt text, in characters: a chat message, not a document upload. */
 export const PROMPT_TEXT_MAX = 32_000;
@@ -31,6 +37,8 @@ export class PromptBody {
   @IsString()
   @NotBlank()
   @MaxLength(MAX_ID_LENGTH)
+  // As turn.started's own rule: a bad id is the client's 400, not the server event's 500.
+  @WellFormed()
   turnId?: string;
 
   /** The channel conversation this prompt came through: `{ channel, account, chat, topic? }`. */

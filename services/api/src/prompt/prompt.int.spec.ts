@@ -185,6 +185,8 @@ describe('POST /v1/threads/:threadId/prompt', () => {
       [{ text: 'x', source: 'fax' }, 'source'],
       [{ text: 'x', agent: '' }, 'agent'],
       [{ text: 'x', turnId: ' ' }, 'turnId'],
+      // The event it starts would refuse it; refused here, it is a 400, not the server's 500.
+      [{ text: 'x', turnId: 'turn-\ud800' }, 'turnId'],
       [{ text: 'x', extra: 1 }, 'extra'],
       [{ text: 'x', binding: { channel: 'telegram' } }, 'binding.account'],
     ];
