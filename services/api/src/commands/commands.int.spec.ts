@@ -410,6 +410,16 @@ describe('approval ids', () => {
   });
 });
 
+describe('answering "yes" on a thread', () => {
+  it('refuses a malformed thread id 400 invalid_thread_id, as every thread route does', async () => {
+    for (const threadId of ['..%2Fx', '-a', 'a'.repeat(129), '%C3%A9t%C3%A9']) {
+      const res = await post(`/v1/threads/${threadId}/approvals/answer`, { decision: 'deny' });
+      expect(res.status).toBe(400);
+      expect(res.body.error).toBe('invalid_thread_id');
+    }
+  });
+});
+
 describe('receipts', () => {
   async function allowed(toolName = 'deploy', input: unknown = { env: 'prod' }) {
     const { runId } = await newRun([approval('ap', toolName, input)]);

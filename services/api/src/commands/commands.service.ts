@@ -32,6 +32,7 @@ import type { ClientCaller } from '../http/caller';
 import { validateBody } from '../http/validate-body';
 import { RunLogService } from '../runs/run-log.service';
 import { ProjectionsService } from '../threads/projections.service';
+import { assertThreadId } from '../threads/threads.service';
 import { ConsumeBody, DecisionBody, SteerBody, StopBody } from './command-bodies';
 import { PolicyService } from './policy.service';
 
@@ -120,6 +121,7 @@ export class CommandsService {
 
   /** "Yes" names nothing: it resolves the only pending approval, or asks which one. */
   async answer(caller: ClientCaller, threadId: string, raw: unknown, minPosition?: number) {
+    assertThreadId(threadId);
     validateBody(DecisionBody, raw);
     await this.projections.waitForRecorded(minPosition);
     const thread = this.projections.threadHead(caller.tenantId, threadId);
