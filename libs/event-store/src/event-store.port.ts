@@ -99,6 +99,13 @@ export interface ReadStreamOptions extends PageBudget {
 export interface ReadAllOptions extends PageBudget {
   /** Inclusive; 0 reads from the beginning. */
   fromPosition?: number;
+  /**
+   * The position of the last event the reader holds, when it resumes from it (usually
+   * `fromPosition` itself). A page an unreadable event would leave with nothing past it
+   * throws UnreadableEventError instead, naming that event; one at this position the reader
+   * holds already (shown in its place), and the read goes on past it. Default: nothing held.
+   */
+  heldPosition?: number;
   /** Most events answered (after every filter). */
   maxCount?: number;
   streamPrefix?: string;

@@ -75,6 +75,29 @@ describe('a stored event whose JSON does not parse', () => {
     ]);
   });
 
+  it('names it to a reader resuming from the event before it, rather than answer no progress', async () => {
+    const stream = runStream('acme', 'damaged');
+    const [before] = await store.readStream(stream, { fromRevision: 2, maxCount: 1 });
+    const resumed = (held: number) => ({ fromPosition: held, heldPosition: held });
+    // From the event before it, which the reader holds: nothing past it but the unreadable one.
+    for (const filter of [{}, { stream }]) {
+      const error = await unreadable(() =>
+        store.readAll({ ...resumed(before.position), ...filter }),
+      );
+      expect(error).toMatchObject({ event: { revision: 3, position: bad.position } });
+    }
+    // From further back the page still ends before it, holding what is new.
+    expect(
+      (await store.readAll({ ...resumed(before.position - 1), stream })).map((e) => e.revision),
+    ).toEqual([1, 2]);
+    // Resumed from it (a reader that showed it in its place), the log reads on past it.
+    expect((await store.readAll(resumed(bad.position))).map((e) => e.revision)).toEqual([4, 5]);
+    // A reader that holds nothing yet still gets what comes before it.
+    expect((await store.readAll({ fromPosition: before.position })).map((e) => e.revision)).toEqual(
+      [2],
+    );
+  });
+
   it('gives a subscription every event before it, then fails naming it', async () => {
     const seen: number[] = [];
     const error = await unreadable(async () => {

@@ -334,12 +334,13 @@ export class SqliteEventStore implements EventStore {
 
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
     const from = options.fromPosition ?? 0;
+    const held = options.heldPosition ?? -1;
     const limit = options.maxCount ?? Number.MAX_SAFE_INTEGER;
     const prefix = options.streamPrefix;
     if (options.stream !== undefined) {
       const { thread } = options;
       const rows = this.statements.ofStream.iterate(options.stream, from, limit);
-      return decoded(takeWithin(rows, options.maxChars).rows).filter(
+      return decoded(takeWithin(rows, options.maxChars).rows, held).filter(
         (event) =>
           (prefix === undefined || event.stream.startsWith(prefix)) &&
           (thread === undefined || isOfThread(event, thread)),
@@ -352,12 +353,13 @@ export class SqliteEventStore implements EventStore {
         takeWithin(rows, options.maxChars).rows.filter(
           (row) => prefix === undefined || row[STREAM].startsWith(prefix),
         ),
+        held,
       );
     }
     const rows = prefix
       ? this.statements.allPrefixed.iterate(from, prefix.length, prefix, limit)
       : this.statements.all.iterate(from, limit);
-    return decoded(takeWithin(rows, options.maxChars).rows);
+    return decoded(takeWithin(rows, options.maxChars).rows, held);
   }
 
   async headPosition(options: HeadPositionOptions = {}): Promise<number> {
@@ -527,17 +529,22 @@ function toJson(event: EventToAppend, field: 'data' | 'metadata'): string {
 
 /**
  * The rows' events, up to the first whose stored JSON does not parse: the page ends before
- * it, and a page that starts with it throws UnreadableEventError, naming it.
+ * it, and a page that starts with it throws UnreadableEventError, naming it. So does one
+ * that would end holding nothing past `held` (a reader resuming from an event it holds),
+ * which would otherwise read the same page again, or take its end for the log's; one at
+ * `held` itself the reader holds already, and the page reads on past it.
  */
-function decoded(rows: readonly EventRow[]): RecordedEvent[] {
+function decoded(rows: readonly EventRow[], held = -1): RecordedEvent[] {
   const events: RecordedEvent[] = [];
   for (const row of rows) {
     let event: RecordedEvent;
     try {
       event = toRecorded(row);
     } catch (error) {
-      if (events.length > 0) return events;
       const [position, stream, revision, id, type, , , recordedAt] = row;
+      // The reader holds it already (shown in its place): read on past it.
+      if (position <= held) continue;
+      if (events.length > 0 && events[events.length - 1].position > held) return events;
       throw new UnreadableEventError(
         { id, stream, type, revision, position, recordedAt },
         `its stored JSON does not parse (${error instanceof Error ? error.message : String(error)})`,

@@ -20,6 +20,7 @@ import {
   mapInSlices,
   measureEventSteps,
   nextTurn,
+  parseStreamName,
   runHeadOf,
   runInSlices,
   runStream,
@@ -555,27 +556,9 @@ export class RunLogService {
         return;
       } catch (error) {
         if (!(error instanceof UnreadableEventError)) throw error;
-        const { id, type, revision, position, recordedAt } = error.event;
-        this.auditLogger.error({
-          msg: 'a recorded event is unreadable',
-          tenantId,
-          runId,
-          eventId: id,
-          revision,
-          position,
-          reason: error.reason,
-        });
-        yield {
-          id,
-          type,
-          revision,
-          position,
-          recordedAt,
-          data: null,
-          metadata: {},
-          unreadable: error.reason,
-        };
-        from = revision + 1;
+        logUnreadable(this.auditLogger, tenantId, error);
+        yield unreadableView(error);
+        from = error.event.revision + 1;
       }
     }
   }
@@ -684,6 +667,35 @@ export function assertRunId(runId: string): void {
 export type RunVerdict = { runId: string } & ChainVerdict;
 
 /** A recorded event as every read answers it (pages, replay lines, SSE data). */
+/** An event the store holds but cannot read, shown in its place: why, no data, no metadata. */
+export function unreadableView(error: UnreadableEventError): EventView {
+  const { id, type, revision, position, recordedAt } = error.event;
+  return {
+    id,
+    type,
+    revision,
+    position,
+    recordedAt,
+    data: null,
+    metadata: {},
+    unreadable: error.reason,
+  };
+}
+
+/** Says, with its ids, that a read met an unreadable event (and showed it in its place). */
+export function logUnreadable(logger: Logger, tenantId: string, error: UnreadableEventError): void {
+  const { id, stream, revision, position } = error.event;
+  logger.error({
+    msg: 'a recorded event is unreadable',
+    tenantId,
+    runId: parseStreamName(stream)?.id,
+    eventId: id,
+    revision,
+    position,
+    reason: error.reason,
+  });
+}
+
 export function toView(event: RecordedEvent): EventView {
   return {
     id: event.id,

@@ -47,6 +47,7 @@ import {
   CheckpointedProcessor,
   EVENT_STORE,
   PAGE_CHARS,
+  UnreadableEventError,
   type BatchHandler,
   type EventStore,
   type RecordedEvent,
@@ -55,8 +56,9 @@ import { Metrics } from '@runledger/observability';
 import type { FastifyReply } from 'fastify';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { headAtLeast } from '../http/head-bound';
+import { logUnreadable, unreadableView } from '../runs/run-log.service';
 import { SseClient, type OverflowReason, type StreamWatch } from './sse-client';
-import { eventFrame, startFrame } from './sse-frame';
+import { eventFrame, startFrame, viewFrame } from './sse-frame';
 
 /** Events read per catch-up page; fewer when they are large (PAGE_CHARS). */
 const CATCH_UP_PAGE = 500;
@@ -208,12 +210,24 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
       // Inclusive, from the cursor itself: an EventStoreDB position is only readable from an
       // event's own position, and the cursor is one (or 0, the start).
       const from = client.cursor;
-      const page = await this.store.readAll({
-        fromPosition: from,
-        maxCount: CATCH_UP_PAGE,
-        maxChars: PAGE_CHARS,
-        ...filter,
-      });
+      let page: RecordedEvent[];
+      try {
+        page = await this.store.readAll({
+          fromPosition: from,
+          heldPosition: from,
+          maxCount: CATCH_UP_PAGE,
+          maxChars: PAGE_CHARS,
+          ...filter,
+        });
+      } catch (error) {
+        // A stored event that cannot be read is shown in its place, as a replay shows it, and
+        // the stream goes on after it: never a stream that silently stops, nor skips the rest.
+        if (!(error instanceof UnreadableEventError)) throw error;
+        logUnreadable(this.logger, watch.tenantId, error);
+        await client.write(viewFrame(unreadableView(error)), error.event.position);
+        client.cursor = error.event.position;
+        continue;
+      }
       const after = page.filter((event) => event.position > from);
       if (after.length === 0) {
         client.cursor = Math.max(from, target);

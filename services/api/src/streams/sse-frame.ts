@@ -3,7 +3,7 @@
  * one encoding is handed to every client's socket as it is (no per-client UTF-8 encoding).
  */
 import type { RecordedEvent } from '@runledger/event-store';
-import { toView } from '../runs/run-log.service';
+import { toView, type EventView } from '../runs/run-log.service';
 
 /** A comment line: ignored by EventSource, but it keeps proxies and load balancers from timing out. */
 export const HEARTBEAT_FRAME = Buffer.from(': heartbeat\n\n');
@@ -14,9 +14,14 @@ export const HEARTBEAT_FRAME = Buffer.from(': heartbeat\n\n');
  * and a line break in it is replaced anyway, since it would end the field and forge others.
  */
 export function eventFrame(event: RecordedEvent): Buffer {
-  const data = JSON.stringify(toView(event));
-  const type = /[\r\n]/.test(event.type) ? event.type.replace(/[\r\n]/g, ' ') : event.type;
-  return Buffer.from(`id: ${event.position}\nevent: ${type}\ndata: ${data}\n\n`);
+  return viewFrame(toView(event));
+}
+
+/** The frame of an event as shown: a recorded one, or one the store cannot read (`unreadable`). */
+export function viewFrame(view: EventView): Buffer {
+  const data = JSON.stringify(view);
+  const type = /[\r\n]/.test(view.type) ? view.type.replace(/[\r\n]/g, ' ') : view.type;
+  return Buffer.from(`id: ${view.position}\nevent: ${type}\ndata: ${data}\n\n`);
 }
 
 /**

@@ -4,7 +4,10 @@
  * concurrent appends, thread streams that pick up new runs, tenant isolation, a client
  * whose socket backs up, heartbeats, and shutdown with streams open.
  */
+import Database from 'better-sqlite3';
+import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 import { isReader, SseReader, type StreamedEvent } from '../testing/sse-reader';
 
@@ -267,6 +270,59 @@ describe('SSE streams', () => {
     await eventually(async () => (await metric(t, 'runledger_sse_clients')) === before);
     // Events after the disconnect are not written to a closed socket (nothing throws).
     expect((await append(t, runId, [say('nobody listens')])).status).toBe(201);
+  });
+});
+
+describe('a stream over an event the store cannot read (a damaged row)', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening();
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('shows it in its place and goes on after it, on the run and the thread streams', async () => {
+    const { runId, threadId } = await startRun(t);
+    expect(
+      (
+        await append(
+          t,
+          runId,
+          [1, 2, 3, 4, 5].map((n) => say(`m${n}`)),
+        )
+      ).status,
+    ).toBe(201);
+    const db = new Database(join(t.config.dataDir, 'runledger.db'));
+    db.prepare("UPDATE events SET data = '{broken' WHERE stream LIKE ? AND revision = 2").run(
+      `%${runId}`,
+    );
+    db.close();
+    const errors = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    try {
+      for (const path of [
+        `/v1/runs/${runId}/stream?from=0`,
+        `/v1/threads/${threadId}/stream?from=0`,
+      ]) {
+        const reader = await open(t, path);
+        await reader.until((r) => r.recorded().length >= 6);
+        const events = reader.recorded();
+        reader.close();
+        expect(events.map((e) => e.revision)).toEqual([0, 1, 2, 3, 4, 5]);
+        expect(events[2]).toMatchObject({
+          type: 'message.added',
+          data: null,
+          metadata: {},
+          unreadable: expect.stringContaining('does not parse'),
+        });
+        expect(events[5].data.text).toBe('m5');
+      }
+      expect(errors).toHaveBeenCalledWith(
+        expect.objectContaining({ msg: 'a recorded event is unreadable', runId, revision: 2 }),
+      );
+    } finally {
+      errors.mockRestore();
+    }
   });
 });
 
