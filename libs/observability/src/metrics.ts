@@ -12,7 +12,7 @@ export class Metrics {
 
   readonly appendedEvents = new Counter({
     name: 'runledger_appended_events_total',
-    help: 'Events offered for append, by type and outcome (recorded, idempotent, rejected)',
+    help: 'Events offered for append that passed or failed the event checks, by type and outcome (recorded, idempotent, rejected_invalid with type "invalid" for an event that failed its checks, rejected_forbidden); run-rule and revision refusals are in runledger_rejections_total',
     labelNames: ['type', 'outcome'] as const,
     registers: [this.registry],
   });
@@ -83,7 +83,7 @@ export class Metrics {
 
   readonly sseClients = new Gauge({
     name: 'runledger_sse_clients',
-    help: 'Server-Sent Events streams open now (run and thread streams)',
+    help: 'Server-Sent Events streams open now (run, thread and notification streams)',
     registers: [this.registry],
   });
 

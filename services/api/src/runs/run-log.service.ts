@@ -202,7 +202,9 @@ export class RunLogService {
     );
     if (reduced.length === 0) return response;
     for (const { g, recorded } of reduced) {
-      if (!result.idempotent) this.metrics.truncations.inc({ type: g.event.type });
+      // A retry of a reduced event was recorded (and said so) the first time.
+      if (result.idempotent) continue;
+      this.metrics.truncations.inc({ type: g.event.type });
       this.logger.warn({
         msg: 'oversize event reduced to fit and recorded with a truncation stamp',
         tenantId,

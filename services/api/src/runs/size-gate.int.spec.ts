@@ -5,6 +5,7 @@
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createHash, randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
 import { canonicalJson } from '@runledger/domain';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 
@@ -273,9 +274,18 @@ describe('other oversize events', () => {
     const other = await append(runId, { events: [message(`${'a'.repeat(29_999)}b`)] });
     expect(other.status).toBe(409);
     expect(other.body).toMatchObject({ error: 'event_id_conflict' });
-    const retry = await append(runId, { events: [message('a'.repeat(30_000))] });
-    expect(retry.status).toBe(201);
-    expect(retry.body.events).toEqual(first.body.events);
+    const warned = jest.spyOn(Logger.prototype, 'warn');
+    try {
+      const retry = await append(runId, { events: [message('a'.repeat(30_000))] });
+      expect(retry.status).toBe(201);
+      expect(retry.body.events).toEqual(first.body.events);
+      // The reduction was logged when it was recorded: a retry tells no second one.
+      expect(warned).not.toHaveBeenCalledWith(
+        expect.objectContaining({ msg: expect.stringContaining('reduced to fit') }),
+      );
+    } finally {
+      warned.mockRestore();
+    }
     expect(await recorded(runId)).toHaveLength(2);
   });
 
