@@ -4,10 +4,12 @@
  * Compiled with the services by `npm run build`: nothing here needs ts-node.
  */
 import { Logger } from '@nestjs/common';
+import { JsonLinesLogger } from '../../api/src/config/process-config';
 import { EXIT, runCli } from './cli';
-import { StderrJsonLogger } from './stderr-logger';
 
-Logger.overrideLogger(new StderrJsonLogger());
+// What a command logs on the way (an unreadable event a replay meets) goes to stderr as JSON
+// lines, whatever its level: stdout carries the command's output.
+Logger.overrideLogger(new JsonLinesLogger('runledger', 'stderr'));
 
 // A reader that stopped reading (`runledger replay <run> | head`): end quietly, as a process a
 // SIGPIPE ends would, rather than with a stack trace and the exit code of a broken chain.

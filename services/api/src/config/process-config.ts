@@ -2,7 +2,7 @@
  * What every runledger process does first: read the configuration, stopping with a message
  * that names the variable when a value is bad, and log as JSON lines at LOG_LEVEL.
  */
-import { ConsoleLogger, Logger } from '@nestjs/common';
+import { ConsoleLogger, Logger, type LogLevel } from '@nestjs/common';
 import { openEventStoreWhenReady, type EventStore, type StoreWait } from '@runledger/event-store';
 import { ConfigError, loadConfig, type AppConfig } from './config';
 
@@ -32,11 +32,37 @@ export function exitOnSetting(program: string, setting: string, error: unknown):
   process.exit(1);
 }
 
+/**
+ * JSON lines, every level on one stream: a collector reading it misses no error line. Nest's
+ * own console logger sends errors to stderr and the rest to stdout.
+ */
+export class JsonLinesLogger extends ConsoleLogger {
+  constructor(
+    context: string,
+    private readonly stream: 'stdout' | 'stderr',
+    logLevels: LogLevel[] = [...LEVELS],
+  ) {
+    super(context, { json: true, colors: false, logLevels });
+  }
+
+  protected override printMessages(
+    messages: unknown[],
+    context?: string,
+    logLevel?: LogLevel,
+    _writeStreamType?: 'stdout' | 'stderr',
+    errorStack?: unknown,
+  ): void {
+    super.printMessages(messages, context, logLevel, this.stream, errorStack);
+  }
+}
+
+/** The service's log: JSON lines on stdout at LOG_LEVEL. */
 export function jsonLogger(program: string, config: AppConfig): ConsoleLogger {
-  return new ConsoleLogger(program, {
-    json: true,
-    logLevels: LEVELS.slice(0, LEVELS.indexOf(config.logLevel) + 1),
-  });
+  return new JsonLinesLogger(
+    program,
+    'stdout',
+    LEVELS.slice(0, LEVELS.indexOf(config.logLevel) + 1),
+  );
 }
 
 /**
