@@ -72,10 +72,9 @@ function* canonicalTextSteps(value: unknown, take: (text: string) => void): Gene
     if (typeof item === 'string' && item.length > STRING_PIECE_CHARS) {
       write('"');
       for (let at = 0; at < item.length;) {
-        let end = Math.min(at + STRING_PIECE_CHARS, item.length);
-        if (end < item.length && isHighSurrogate(item.charCodeAt(end - 1))) end -= 1;
-        write(JSON.stringify(item.slice(at, end)).slice(1, -1));
-        at = end;
+        const piece = cutChars(item.slice(at), STRING_PIECE_CHARS);
+        write(JSON.stringify(piece).slice(1, -1));
+        at += piece.length;
         yield;
       }
       write('"');
@@ -113,4 +112,10 @@ function* canonicalTextSteps(value: unknown, take: (text: string) => void): Gene
 
 export function isHighSurrogate(code: number): boolean {
   return code >= 0xd800 && code <= 0xdbff;
+}
+
+/** The first `n` UTF-16 code units, one less when the cut would split a surrogate pair. */
+export function cutChars(text: string, n: number): string {
+  if (text.length <= n) return text;
+  return text.slice(0, isHighSurrogate(text.charCodeAt(n - 1)) ? n - 1 : n);
 }

@@ -16,7 +16,7 @@
  * serialised again during the passes; the result, at most limitBytes, is measured once at
  * the end to confirm. bench/size-gate.bench.ts holds it to 3× one JSON.stringify.
  */
-import { canonicalByteLengthSteps, isHighSurrogate } from './canonical-json';
+import { canonicalByteLengthSteps, cutChars, isHighSurrogate } from './canonical-json';
 import { isPlainObject } from './event-catalogue';
 import type { EventType } from './event-types';
 
@@ -238,12 +238,6 @@ function jsonBytes(value: unknown): number {
 
 function isLowSurrogate(code: number): boolean {
   return code >= 0xdc00 && code <= 0xdfff;
-}
-
-/** The first `n` UTF-16 code units, one less when the cut would split a surrogate pair. */
-function cutChars(text: string, n: number): string {
-  if (text.length <= n) return text;
-  return text.slice(0, isHighSurrogate(text.charCodeAt(n - 1)) ? n - 1 : n);
 }
 
 /** `text` cut to `cap` characters with a visible marker saying how many were cut. */

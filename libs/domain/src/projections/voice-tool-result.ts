@@ -3,6 +3,7 @@
  * ceiling sized to the session, and a result cut above it says so, with a hint that leads
  * with the general remedy (ask for less) before the specific one (ask for the rest).
  */
+import { cutChars } from '../canonical-json';
 import { isToolPart } from './message-text';
 import type { ThreadState, ToolPart, ToolPartState } from './thread-state';
 
@@ -64,7 +65,7 @@ export function toolPartResult(
   };
   if (whole.length - offset <= maxChars)
     return { ...base, text: whole.slice(offset), truncated: false };
-  const cutAt = offset + safeCut(whole.slice(offset, offset + maxChars), maxChars);
+  const cutAt = offset + cutChars(whole.slice(offset), maxChars).length;
   return {
     ...base,
     text: `${whole.slice(offset, cutAt)}\n${continuationHint(cutAt, whole.length)}`,
@@ -108,12 +109,6 @@ function findToolPart(state: ThreadState, toolCallId: string, runId?: string): T
     }
   }
   return null;
-}
-
-/** `maxChars`, or one less when that would split a surrogate pair. */
-function safeCut(text: string, maxChars: number): number {
-  const code = text.charCodeAt(maxChars - 1);
-  return code >= 0xd800 && code <= 0xdbff ? maxChars - 1 : maxChars;
 }
 
 /** 12000 → "12,000", the same on every machine (no locale). */
