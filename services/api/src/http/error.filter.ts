@@ -72,14 +72,7 @@ export class ErrorFilter implements ExceptionFilter {
     if (error instanceof StoreUnavailableError) {
       // Not the client's doing, nor a fault of ours to hide: the operator is told what (a full
       // disk, a writer gone), the client that nothing was written and to come back.
-      this.logger.error({
-        msg: 'the event store cannot write',
-        requestId: request.id,
-        tenantId: request.principal?.tenantId,
-        method: request.method,
-        url: request.url,
-        error: error.message,
-      });
+      this.logError(request, 'the event store cannot write', error.message);
       const refusal = new ApiError(
         503,
         'store_unavailable',
@@ -109,13 +102,22 @@ export class ErrorFilter implements ExceptionFilter {
   }
 
   private logUnexpected(request: FastifyRequest, error: unknown): void {
+    this.logError(
+      request,
+      'unhandled error',
+      error instanceof Error ? (error.stack ?? error.message) : String(error),
+    );
+  }
+
+  /** An error line naming the request: the id its answer carries, its tenant, method and URL. */
+  private logError(request: FastifyRequest, msg: string, error: string): void {
     this.logger.error({
-      msg: 'unhandled error',
+      msg,
       requestId: request.id,
       tenantId: request.principal?.tenantId,
       method: request.method,
       url: request.url,
-      error: error instanceof Error ? error.stack : String(error),
+      error,
     });
   }
 }
