@@ -4,8 +4,9 @@
  * `runledger_event_loop_delay_seconds` metric, the maximum since the previous scrape) stays
  * under 200 ms. Measured inside the service's process, so the test runner's own work (the
  * NDJSON it reads, its garbage collection) is not charged to the service. Readiness follows
- * the rebuild: not ready while the read models are behind the log, ready once caught up; and a
- * thread the rebuild has not reached yet is 503, never "not found".
+ * the rebuild: not ready while the read models (thread views, notifications) are behind the
+ * log, ready once caught up; and a thread or list the rebuild has not reached yet is 503, never
+ * "not found" or short.
  */
 import { join } from 'node:path';
 import { runStream, sealBatch } from '@runledger/domain';
@@ -104,11 +105,21 @@ it('audits and replays a run of 300,000 events while the read models rebuild, th
     checks: {
       store: 'ok',
       projector: expect.stringMatching(/^projector rebuilding the read models/),
+      // Notifications and bindings are refolded from the log too: a prefix of the truth.
+      clientSurface: expect.stringMatching(
+        /^client surface rebuilding the notifications and bindings from the log/,
+      ),
     },
   });
-  // Every thread read is 503 until the views are whole: a list short of threads, or a thread
-  // short of its newest messages, would read as the truth.
-  for (const path of [`/v1/threads/${LATE_THREAD_ID}`, `/v1/threads/${THREAD_ID}`, '/v1/threads']) {
+  // Every thread and list read is 503 until the views are whole: a list short of threads or
+  // notifications, or a thread short of its newest messages, would read as the truth.
+  for (const path of [
+    `/v1/threads/${LATE_THREAD_ID}`,
+    `/v1/threads/${THREAD_ID}`,
+    '/v1/threads',
+    '/v1/notifications',
+    '/v1/bindings',
+  ]) {
     const notYet = await request(service.baseUrl, path, { key: KEY });
     expect({ path, status: notYet.status }).toEqual({ path, status: 503 });
     expect(await notYet.json()).toMatchObject({
@@ -145,7 +156,10 @@ it('audits and replays a run of 300,000 events while the read models rebuild, th
     await new Promise((resolve) => setTimeout(resolve, 250));
     ready = await request(service.baseUrl, '/health/ready');
   }
-  expect(await ready.json()).toMatchObject({ status: 'ready', checks: { projector: 'ok' } });
+  expect(await ready.json()).toMatchObject({
+    status: 'ready',
+    checks: { projector: 'ok', clientSurface: 'ok' },
+  });
   const late = await request(service.baseUrl, `/v1/threads/${LATE_THREAD_ID}`, { key: KEY });
   expect(late.status).toBe(200);
   const unknown = await request(service.baseUrl, '/v1/threads/no-such-thread', { key: KEY });

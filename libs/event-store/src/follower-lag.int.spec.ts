@@ -67,6 +67,15 @@ describe('followerLag', () => {
       CAUGHT_UP,
     );
   });
+
+  it('without a prefix, counts every stream (a follower of the whole log)', async () => {
+    const runs = await append('run-a', 2);
+    const receipts = await append('receipt-x', 2);
+    expect(await followerLag(log, runs[1].position, undefined, at(receipts[0], 5_000))).toEqual({
+      events: receipts[1].position - runs[1].position,
+      seconds: 5,
+    });
+  });
 });
 
 describe('lagProblem', () => {

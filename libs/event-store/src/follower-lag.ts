@@ -1,8 +1,8 @@
 /**
- * How far a follower of the log (the projector, the mirror) is behind it, and the one rule
- * readiness applies to both: caught up within a bound of time. The time is how long the
- * oldest event the follower has not handled yet has waited, not the age of the last one it
- * handled: after a quiet hour, one new event would otherwise read as an hour of lag.
+ * How far a follower of the log (the projector, the mirror, the client surface) is behind it,
+ * and the one rule readiness applies to each: caught up within a bound of time. The time is
+ * how long the oldest event the follower has not handled yet has waited, not the age of the
+ * last one it handled: after a quiet hour, one new event would otherwise read as an hour of lag.
  */
 import type { EventStoreReader } from './event-store.port';
 
@@ -18,7 +18,8 @@ export const CAUGHT_UP: FollowerLag = Object.freeze({ events: 0, seconds: 0 });
 export async function followerLag(
   log: Pick<EventStoreReader, 'readAll' | 'headPosition'>,
   position: number,
-  streamPrefix: string,
+  /** The streams it follows; every stream when absent. */
+  streamPrefix?: string,
   now: number = Date.now(),
 ): Promise<FollowerLag> {
   const [next] = await log.readAll({ fromPosition: position + 1, maxCount: 1, streamPrefix });

@@ -42,7 +42,7 @@ export class HealthController {
       (error: unknown) => `unreachable: ${String(error)}`,
     );
     const projector = this.projections ? ((await this.projections.problem()) ?? 'ok') : undefined;
-    const clientSurface = this.surface ? (this.surface.problem() ?? 'ok') : undefined;
+    const clientSurface = this.surface ? ((await this.surface.problem()) ?? 'ok') : undefined;
     const mirror = this.mirror ? ((await this.mirror.problem()) ?? 'ok') : 'off';
     const ready =
       store === 'ok' &&

@@ -14,9 +14,10 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import type { Notification } from '@runledger/domain';
-import { EVENT_STORE, type EventStore } from '@runledger/event-store';
+import { EVENT_STORE, followerLag, lagProblem, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import { APP_CONFIG, type AppConfig } from '../config/config';
+import { rebuildAtStart, type RebuildProgress } from '../health/rebuild-progress';
 import { ApiError, awaitReadModel } from '../http/api-error';
 import { SurfaceFollower, type SurfaceObserver } from './surface.follower';
 import { SurfaceStore } from './surface.store';
@@ -36,6 +37,7 @@ export class SurfaceService
   private readonly follower: SurfaceFollower;
   private readonly logger = new Logger('client-surface');
   private readonly listeners = new Set<(position: number) => void>();
+  private rebuild: RebuildProgress | null = null;
 
   constructor(
     @Inject(EVENT_STORE) private readonly log: EventStore,
@@ -48,7 +50,14 @@ export class SurfaceService
     this.follower = new SurfaceFollower(log, this.store, this);
   }
 
-  onApplicationBootstrap(): void {
+  async onApplicationBootstrap(): Promise<void> {
+    // Every stream is followed: receipts and bindings are as much its work as runs.
+    this.rebuild = await rebuildAtStart(
+      this.store,
+      () => this.log.headPosition(),
+      'notifications and bindings',
+      this.logger,
+    );
     this.follower.start();
   }
 
@@ -59,6 +68,8 @@ export class SurfaceService
 
   committed(position: number, notifications: readonly Notification[]): void {
     this.metrics.clientSurfacePosition.set(position);
+    this.rebuild?.committed(position);
+    if (this.rebuild?.reached(position)) this.rebuild = null;
     for (const item of notifications) this.metrics.notifications.inc({ kind: item.kind });
     for (const listener of this.listeners) listener(position);
   }
@@ -75,10 +86,20 @@ export class SurfaceService
     return this.follower.current();
   }
 
-  /** Null when healthy, else why notifications and bindings cannot be trusted to catch up. */
-  problem(): string | null {
+  /**
+   * Null when healthy, else why notifications and bindings cannot be trusted, as the projector
+   * is judged: stopped, refolding from an empty store (a prefix of the truth, however young the
+   * log), or behind the log by more than READY_MAX_LAG_MS.
+   */
+  async problem(): Promise<string | null> {
     const failure = this.follower.problem();
-    return failure === null ? null : `client surface stopped: ${String(failure)}`;
+    if (failure !== null) return `client surface stopped: ${String(failure)}`;
+    if (this.rebuild) return `client surface ${this.rebuild.problem(this.follower.current())}`;
+    const behind = await lagProblem(
+      () => followerLag(this.log, this.follower.current()),
+      this.config.readyMaxLagMs,
+    );
+    return behind && `client surface ${behind}`;
   }
 
   /** Called after every committed batch with the new position, until the returned function is called. */
@@ -89,10 +110,17 @@ export class SurfaceService
 
   /**
    * Waits up to READ_WAIT_MS for the follower to pass `minPosition` (every stream is followed,
-   * so any recorded position is passed in time), else 503 `projection_behind`.
+   * so any recorded position is passed in time), else 503 `projection_behind`. Without one, a
+   * read while the store is refolded from empty is 503: a list short of its newest items would
+   * read as the truth.
    */
   async waitFor(minPosition: number | undefined): Promise<void> {
-    if (minPosition === undefined || this.follower.current() >= minPosition) return;
+    if (minPosition === undefined) {
+      if (this.rebuild)
+        throw this.rebuild.refusal(this.follower.current(), 'the lists are not whole yet');
+      return;
+    }
+    if (this.follower.current() >= minPosition) return;
     const failure = this.follower.problem();
     if (failure !== null) {
       throw new ApiError(

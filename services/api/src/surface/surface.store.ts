@@ -51,6 +51,8 @@ const SCHEMA = `
 const FOLDED_TABLES = ['notification_threads', 'notifications', 'thread_users', 'bindings'];
 
 export const SURFACE_CHECKPOINT = 'client-surface';
+/** The log head a refold from an empty store set out for: the views are partial below it. */
+const REBUILD_TARGET = 'client-surface-rebuild-target';
 /** A user in at most this many threads has their notifications read from those threads. */
 const FEW_THREADS = 1000;
 /** How far the notifications were published to Kafka (notification-publisher.ts). */
@@ -196,6 +198,20 @@ export class SurfaceStore {
     return this.checkpoints.get(SURFACE_CHECKPOINT);
   }
 
+  /** Nothing folded yet: every batch moves the checkpoint, whatever streams it held. */
+  isEmpty(): boolean {
+    return this.checkpoint() === 0;
+  }
+
+  /** Records that a refold from empty sets out for `target`, so a restart part way knows of it. */
+  startRebuild(target: number): void {
+    this.checkpoints.save(REBUILD_TARGET, target);
+  }
+
+  rebuildTarget(): number {
+    return this.checkpoints.get(REBUILD_TARGET);
+  }
+
   /** Fold states, notifications, users, bindings and the checkpoint, in one transaction. */
   commit(batch: SurfaceBatch): void {
     this.commitTx(batch);
@@ -281,6 +297,7 @@ export class SurfaceStore {
     this.db.transaction(() => {
       for (const table of FOLDED_TABLES) this.db.exec(`DELETE FROM ${table}`);
       this.checkpoints.save(SURFACE_CHECKPOINT, 0);
+      this.checkpoints.save(REBUILD_TARGET, 0);
     })();
   }
 

@@ -34,10 +34,10 @@ import {
   type ThreadReadModels,
 } from '@runledger/projections';
 import { APP_CONFIG, type AppConfig } from '../config/config';
+import { rebuildAtStart, type RebuildProgress } from '../health/rebuild-progress';
 import { ApiError, awaitReadModel } from '../http/api-error';
 
 export const READ_MODELS_FILE = 'read-models.db';
-const PROGRESS_LOG_MS = 2000;
 const LAG_REFRESH_MS = 1000;
 /**
  * A stopped projector is started again from its checkpoint after this, doubling to
@@ -47,47 +47,6 @@ const LAG_REFRESH_MS = 1000;
  */
 const RESTART_FIRST_MS = 1000;
 const RESTART_MAX_MS = 60_000;
-
-/** Logs and exports the progress of a rebuild towards the log head it started from. */
-export class RebuildProgress implements ProjectorObserver {
-  private readonly startedAt = Date.now();
-  private lastLog = 0;
-  private done = false;
-
-  constructor(
-    readonly target: number,
-    private readonly logger: Logger,
-    private readonly metrics: Metrics,
-  ) {
-    metrics.rebuildProgress.set(target > 0 ? 0 : 1);
-    logger.log({ msg: 'rebuilding read models from the log', targetPosition: target });
-  }
-
-  reached(position: number): boolean {
-    return position >= this.target;
-  }
-
-  committed(_events: number, position: number): void {
-    if (this.done) return;
-    this.metrics.rebuildProgress.set(this.target > 0 ? Math.min(1, position / this.target) : 1);
-    const now = Date.now();
-    if (this.reached(position)) {
-      this.done = true;
-      this.logger.log({
-        msg: 'read models rebuilt',
-        position,
-        seconds: (now - this.startedAt) / 1000,
-      });
-    } else if (now - this.lastLog >= PROGRESS_LOG_MS) {
-      this.lastLog = now;
-      this.logger.log({ msg: 'rebuild progress', position, targetPosition: this.target });
-    }
-  }
-
-  failed(error: unknown, position: number): void {
-    this.logger.error({ msg: 'rebuild failed', position, error: String(error) });
-  }
-}
 
 @Injectable()
 export class ProjectionsService
@@ -135,17 +94,13 @@ export class ProjectionsService
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    const unfinished = this.store.rebuildTarget();
-    if (this.readModels.isEmpty()) {
-      const head = await this.log.headPosition({ streamPrefix: RUN_STREAM_PREFIX });
-      if (head > 0) {
-        this.store.startRebuild(head);
-        this.rebuild = new RebuildProgress(head, this.logger, this.metrics);
-      }
-    } else if (unfinished > this.store.checkpoint()) {
-      // A rebuild a crash interrupted: what it folded so far is not the whole views.
-      this.rebuild = new RebuildProgress(unfinished, this.logger, this.metrics);
-    }
+    this.rebuild = await rebuildAtStart(
+      this.store,
+      () => this.log.headPosition({ streamPrefix: RUN_STREAM_PREFIX }),
+      'read models',
+      this.logger,
+      this.metrics.rebuildProgress,
+    );
     if (!this.rebuild) this.metrics.rebuildProgress.set(1);
     this.metrics.projectorPosition.set(this.projector.current());
     const starting = Date.now();
@@ -176,7 +131,7 @@ export class ProjectionsService
   committed(events: number, position: number): void {
     this.metrics.projectedEvents.inc(events);
     this.metrics.projectorPosition.set(position);
-    this.rebuild?.committed(events, position);
+    this.rebuild?.committed(position);
     if (this.rebuild?.reached(position)) this.rebuild = null;
     this.restartInMs = RESTART_FIRST_MS;
   }
@@ -217,9 +172,7 @@ export class ProjectionsService
   async problem(): Promise<string | null> {
     if (this.failure !== null) return `projector stopped: ${String(this.failure)}`;
     // However young the log, views half rebuilt are not ready to be read.
-    if (this.rebuild) {
-      return `projector rebuilding the read models from the log: position ${this.projector.current()} of ${this.rebuild.target}`;
-    }
+    if (this.rebuild) return `projector ${this.rebuild.problem(this.projector.current())}`;
     const behind = await lagProblem(() => this.lag(), this.config.readyMaxLagMs);
     return behind && `projector ${behind}`;
   }
@@ -264,15 +217,7 @@ export class ProjectionsService
   }
 
   private rebuilding(why: string): ApiError {
-    const position = this.projector.current();
-    const target = this.rebuild!.target;
-    return new ApiError(
-      503,
-      'projection_behind',
-      `the read models are being rebuilt from the log (position ${position} of ${target}): ${why}; retry`,
-      undefined,
-      { position, rebuildTarget: target },
-    );
+    return this.rebuild!.refusal(this.projector.current(), why);
   }
 
   /** Measures the lag now, and sets its gauges. */
