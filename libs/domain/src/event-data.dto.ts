@@ -25,6 +25,7 @@ import {
   Validate,
   ValidateBy,
   buildMessage,
+  type ValidationArguments,
 } from 'class-validator';
 import {
   DECISIONS,
@@ -51,7 +52,9 @@ const MAX_LABEL_LENGTH = 1024;
  */
 export const NOT_BLANK_PATTERN = /[^\s\p{Cf}]/u;
 
-export function NotBlank(message = '$property must not be blank'): PropertyDecorator {
+export function NotBlank(
+  message: string | ((args: ValidationArguments) => string) = '$property must not be blank',
+): PropertyDecorator {
   return Matches(NOT_BLANK_PATTERN, { message });
 }
 
@@ -278,6 +281,23 @@ export class ToolStartedData extends EventData {
   input!: Record<string, unknown>;
 }
 
+/**
+ * A failed call's errorText that is absent (null, blank) is required; any other problem is
+ * named as it is.
+ */
+function errorTextRule(otherwise: string): (args: ValidationArguments) => string {
+  return (args) => {
+    const value: unknown = args.value;
+    const absent =
+      value === undefined ||
+      value === null ||
+      (typeof value === 'string' && !NOT_BLANK_PATTERN.test(value));
+    return (args.object as ToolFinishedData).failed === true && absent
+      ? 'errorText is required when failed is true'
+      : otherwise;
+  };
+}
+
 export class ToolFinishedData extends EventData {
   @NonBlankId()
   toolCallId!: string;
@@ -294,9 +314,10 @@ export class ToolFinishedData extends EventData {
   @IsBoolean()
   failed!: boolean;
 
-  @ValidateIf((o: ToolFinishedData) => o.failed === true || o.errorText !== undefined)
-  @IsString({ message: 'errorText is required when failed is true' })
-  @NotBlank('errorText is required when failed is true')
+  // Optional unless the call failed; sent as null it is absent, as every optional field is.
+  @ValidateIf((o: ToolFinishedData) => o.failed === true || o.errorText != null)
+  @IsString({ message: errorTextRule('errorText must be a string') })
+  @NotBlank(errorTextRule('errorText must not be blank'))
   errorText?: string;
 }
 

@@ -415,6 +415,57 @@ describe('specific rules', () => {
       expect(problemsOf(validateEvent(event)).every(about('data.errorText'))).toBe(true);
     });
 
+    it('accepts errorText: null on a call that did not fail, as any optional field sent null', () => {
+      const event = withData('tool.finished', (data) => {
+        data.failed = false;
+        data.errorText = null;
+      });
+
+      expect(validateEvent(event).ok).toBe(true);
+    });
+
+    it('refuses failed=true with a number for errorText, saying it must be a string', () => {
+      const event = withData('tool.finished', (data) => {
+        data.failed = true;
+        data.errorText = 5;
+      });
+
+      const messages = problemsOf(validateEvent(event)).map((p) => p.message);
+      expect(messages).toContain('errorText must be a string');
+      expect(messages).not.toContain('errorText is required when failed is true');
+    });
+
+    it('refuses failed=true with errorText: null, as required', () => {
+      const event = withData('tool.finished', (data) => {
+        data.failed = true;
+        data.errorText = null;
+      });
+
+      expect(problemsOf(validateEvent(event))[0].message).toBe(
+        'errorText is required when failed is true',
+      );
+    });
+
+    it.each([
+      [' ', 'errorText must not be blank'],
+      [5, 'errorText must be a string'],
+    ])(
+      'refuses errorText %j on a call that did not fail, saying what is wrong, not that it is missing',
+      (errorText, message) => {
+        const event = withData('tool.finished', (data) => {
+          data.failed = false;
+          data.errorText = errorText;
+        });
+
+        const problems = problemsOf(validateEvent(event));
+        expect(problems.every(about('data.errorText'))).toBe(true);
+        expect(problems.map((p) => p.message)).toContain(message);
+        expect(problems.map((p) => p.message)).not.toContain(
+          'errorText is required when failed is true',
+        );
+      },
+    );
+
     it('accepts failed=true with errorText', () => {
       const event = withData('tool.finished', (data) => {
         data.failed = true;
