@@ -430,15 +430,21 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
     part = { type, toolCallId: data.toolCallId, state: 'input-available', input };
     createPart(fold, part);
   } else {
-    // A start names the call and gives its input; it never moves the state backwards. While
-    // an approval waits, the part keeps showing the input that approval's receipt is bound to;
-    // once the call finished, the input its output came from. A finish that came alone
-    // recorded no input ({}): a late start fills it in.
+    // A start gives the call's input; it never moves the state backwards, and never renames a
+    // call another event named (a call is one tool): it names only one a lone finish left
+    // unknown. While an approval waits, and once it was granted, the part keeps showing the
+    // input the approval's receipt is bound to; once the call finished, the input its output
+    // came from. A finish that came alone recorded no input ({}): a late start fills it in.
     const current = partAt(rows, location);
     const kept =
       current.state === 'approval-requested' ||
+      current.state === 'approval-responded' ||
       (isTerminal(current.state) && !isEmptyInput(current.input));
-    part = { ...current, type, input: kept ? current.input : input };
+    part = {
+      ...current,
+      type: toolNameOf(current) === UNKNOWN_TOOL_NAME ? type : current.type,
+      input: kept ? current.input : input,
+    };
     rows.setPart(location, part);
   }
   if (closeIfRunOver(fold, run)) return;
@@ -446,17 +452,18 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
   const active = state.activeTools.find(
     (tool) => tool.runId === runId && tool.toolCallId === data.toolCallId,
   );
+  const toolName = toolNameOf(part);
   if (active === undefined) {
     state.activeTools.push({
       toolCallId: data.toolCallId,
-      toolName: data.toolName,
-      label: toolLabel(data.toolName, part.input),
+      toolName,
+      label: toolLabel(toolName, part.input),
       runId,
       startedAt: event.recordedAt,
     });
   } else {
-    active.toolName = data.toolName;
-    active.label = toolLabel(data.toolName, part.input);
+    active.toolName = toolName;
+    active.label = toolLabel(toolName, part.input);
   }
 }
 

@@ -415,6 +415,51 @@ describe('tool parts', () => {
     });
   });
 
+  it('given a finished call, when a start names another tool, then the part keeps the name and input its output came from', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.toolStarted('r1', 'tc1', 'read_file', { path: 'a' }),
+      log.toolFinished('r1', 'tc1', { output: 'x' }),
+    ).when(log.toolStarted('r1', 'tc1', 'rm_rf', { path: '/' }));
+    expect(toolPart(state, 'tc1')).toMatchObject({
+      type: 'tool-read_file',
+      state: 'output-available',
+      input: { path: 'a' },
+    });
+  });
+
+  it('given an approval asked for, when a start names another tool, then the part and its active tool keep the name asked about', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1', 'deploy', { env: 'staging' }),
+    ).when(log.toolStarted('r1', 'tc1', 'drop_database', { env: 'prod' }));
+    expect(toolPart(state, 'tc1')).toMatchObject({
+      type: 'tool-deploy',
+      state: 'approval-requested',
+      input: { env: 'staging' },
+    });
+    expect(state.activeTools.map((tool) => tool.toolName)).toEqual(['deploy']);
+  });
+
+  it('given an approval granted, when the start names another tool and input, then the part shows the tool and input that were approved', () => {
+    const state = given(
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap1', 'tc1', 'deploy', { env: 'staging' }),
+      log.approvalResolved('r1', 'ap1', 'allow'),
+    ).when(
+      log.toolStarted('r1', 'tc1', 'drop_database', { env: 'prod' }),
+      log.toolFinished('r1', 'tc1', { toolName: 'drop_database', output: 'done' }),
+    );
+    expect(toolPart(state, 'tc1')).toEqual({
+      type: 'tool-deploy',
+      toolCallId: 'tc1',
+      state: 'output-available',
+      input: { env: 'staging' },
+      output: 'done',
+      approval: { id: 'ap1', approved: true },
+    });
+  });
+
   it('given a finish that came alone, when its start arrives late, then the start fills in the input', () => {
     const state = given(
       log.runStarted('r1'),
@@ -610,14 +655,14 @@ describe('approvals', () => {
     expect(allowed.status).toBe('idle');
 
     const done = given(...history, log.approvalResolved('r1', 'ap1', 'allow')).when(
-      log.toolStarted('r1', 'tc1', 'refund'),
+      log.toolStarted('r1', 'tc1', 'refund', { orderId: 1042, amount: 19.99 }),
       log.toolFinished('r1', 'tc1', { toolName: 'refund', output: { refunded: true } }),
     );
     expect(toolPart(done, 'tc1')).toEqual({
       type: 'tool-refund',
       toolCallId: 'tc1',
       state: 'output-available',
-      input: { orderId: 1042 },
+      input: { orderId: 1042, amount: 19.99 },
       output: { refunded: true },
       approval: { id: 'ap1', approved: true },
     });
@@ -1260,7 +1305,7 @@ describe('edges of the fold', () => {
     expect(state).toMatchObject({ activeTools: [], pendingApprovals: [], status: 'finished' });
   });
 
-  it('updates the name and label of a running tool whose start comes again, and only its own', () => {
+  it('keeps the name of a running tool whose start comes again (a call is one tool), relabels it from the new input, and only its own', () => {
     const state = given(
       log.runStarted('r1'),
       log.runStarted('r2'),
@@ -1272,7 +1317,7 @@ describe('edges of the fold', () => {
     );
     expect(state.activeTools.map((t) => [t.runId, t.toolCallId, t.toolName, t.label])).toEqual([
       ['r1', 'tc1', 'search', 'Searching: shoes'],
-      ['r1', 'tc2', 'lookup', 'Looking up: boots'],
+      ['r1', 'tc2', 'search', 'Searching: boots'],
       ['r2', 'tc1', 'search', 'Searching: hats'],
     ]);
   });
