@@ -383,7 +383,7 @@ export interface paths {
         };
         /**
          * What needs me, live (Server-Sent Events)
-         * @description Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", title, summary, position, event, eventId, recordedAt, approvalId?, toolName?, question? }`, oldest first: one per thread transition into blocked or finished. `?user=` keeps the threads of one user (a user's name as recorded, `key:<key id>` for a key acting as itself, or `me`). Starts after `Last-Event-ID`, else `?after=`, else the caller's seen cursor, else from now; each message is `id: <position>`, `event: notification`, `data: <item>`.
+         * @description Items `{ threadId, runId, kind: "blocked"|"finished", state: "blocked"|"completed"|"failed"|"cancelled", title, summary, position, event, eventId, recordedAt, approvalId?, toolName?, question? }`, oldest first: one per thread transition into blocked or finished. `?user=` keeps the threads of one user (a user's name as recorded, `key:<key id>` for a key acting as itself, or `me`). Starts after `Last-Event-ID`, else `?after=`, else the caller's seen cursor, else from now; each message is `id: <position>`, `event: notification`, `data: <item>`. With `?minPosition=`, it starts once the notifications have passed that position (503 `projection_behind` if not within `READ_WAIT_MS`).
          */
         get: operations["NotificationsController_stream"];
         put?: never;
@@ -2844,6 +2844,8 @@ export interface operations {
     NotificationsController_stream: {
         parameters: {
             query?: {
+                /** @description Wait (up to READ_WAIT_MS) until the projection has passed this position (an append's `position`), else 503. */
+                minPosition?: number;
                 /** @description `me`, a user's name as recorded, or `key:<key id>` */
                 user?: string;
                 /** @description Start after this position (exclusive) */
@@ -2898,6 +2900,15 @@ export interface operations {
             };
             /** @description Rate limited (`rate_limited`): retry after `Retry-After` seconds. */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not available now (`projection_behind` with its `position`, `busy`, `store_unavailable`, ...): retry after `Retry-After` seconds. */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

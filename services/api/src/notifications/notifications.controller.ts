@@ -91,11 +91,12 @@ export class NotificationsController {
     summary: 'What needs me, live (Server-Sent Events)',
     description:
       `${ITEM_DOC} Starts after \`Last-Event-ID\`, else \`?after=\`, else the caller's seen cursor, else from now; each ` +
-      'message is `id: <position>`, `event: notification`, `data: <item>`.',
+      'message is `id: <position>`, `event: notification`, `data: <item>`. With `?minPosition=`, it starts once the ' +
+      'notifications have passed that position (503 `projection_behind` if not within `READ_WAIT_MS`).',
   })
   @ApiRoute({
     ok: { status: 200, description: 'The stream: `event: notification` messages', sse: true },
-    errors: [400, 429],
+    errors: [400, 429, 503],
   })
   @ApiHeader({
     name: 'Last-Event-ID',
@@ -112,11 +113,13 @@ export class NotificationsController {
     { type: 'string' },
     "`me`, a user's name as recorded, or `key:<key id>`",
   )
+  @ApiMinPosition()
   async stream(
     @Req() request: FastifyRequest,
     @Headers('last-event-id') lastEventId: string | undefined,
     @Query('after') after: string | string[] | undefined,
     @Query('user') user: string | string[] | undefined,
+    @Query('minPosition') minPosition: string | string[] | undefined,
     @Res() reply: FastifyReply,
     @CurrentPrincipal() principal: Principal,
   ): Promise<void> {
@@ -124,6 +127,7 @@ export class NotificationsController {
     const query = {
       after: streamStart(lastEventId, after, 'after'),
       user: userFilter(caller, user),
+      minPosition: optionalPosition('minPosition', minPosition),
     };
     // One of the caller's stream slots, like run and thread streams, until it closes.
     const release = this.slots.acquire(principal, request);

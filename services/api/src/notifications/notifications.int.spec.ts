@@ -290,6 +290,31 @@ describe('GET /v1/notifications/stream', () => {
   });
 });
 
+describe('GET /v1/notifications/stream?minPosition=', () => {
+  it('waits for the position as the list does: streams once passed, 503 past the view, 400 malformed', async () => {
+    const threadId = `t-${randomUUID()}`;
+    const { finished } = await blockThenFinish(threadId);
+    const reader = await stream(`/v1/notifications/stream?after=0&minPosition=${finished}`);
+    await reader.until((r) => items(r).some((i) => i.position === finished));
+    reader.close();
+
+    const beyond = await SseReader.open(
+      t.app,
+      `/v1/notifications/stream?minPosition=${finished + 1_000_000}`,
+      t.auth(),
+    );
+    expect(isReader(beyond)).toBe(false);
+    expect(beyond).toMatchObject({ status: 503, body: { error: 'projection_behind' } });
+
+    const malformed = await SseReader.open(
+      t.app,
+      '/v1/notifications/stream?minPosition=abc',
+      t.auth(),
+    );
+    expect(malformed).toMatchObject({ status: 400 });
+  });
+});
+
 describe('a stopped notification view', () => {
   it('turns /health/ready to 503 naming it, and a query waiting on it answers 503 at once', async () => {
     const other = await startTestApp();

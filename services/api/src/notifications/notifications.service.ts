@@ -134,10 +134,13 @@ export class NotificationsService implements OnModuleDestroy {
   async stream(
     reply: FastifyReply,
     caller: ClientCaller,
-    query: { after?: StreamStart; user?: string },
+    query: { after?: StreamStart; user?: string; minPosition?: number },
   ): Promise<void> {
     const start = query.after;
     await headAtLeast(this.log, start?.field ?? 'after', start?.after);
+    // Only a named position is waited for: without one a stream during a refold is still whole,
+    // items coming in position order as the view folds them.
+    if (query.minPosition !== undefined) await this.surface.waitFor(query.minPosition);
     let cursor = start?.after ?? (await this.streamStart(caller));
     const res = takeOverForSse(reply);
     if (res === null) return;
