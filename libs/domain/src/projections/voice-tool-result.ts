@@ -3,7 +3,7 @@
  * ceiling sized to the session, and a result cut above it says so, with a hint that leads
  * with the general remedy (ask for less) before the specific one (ask for the rest).
  */
-import { cutChars } from '../canonical-json';
+import { cutChars, isHighSurrogate } from '../canonical-json';
 import { isToolPart } from './message-text';
 import type { ThreadState, ToolPart, ToolPartState } from './thread-state';
 
@@ -18,7 +18,10 @@ export interface VoiceToolResult {
   truncated: boolean;
   /** Length of the whole result text before any cut. */
   totalChars: number;
-  /** Where `text` starts in the whole result: the `offset` asked for, 0 by default. */
+  /**
+   * Where `text` starts in the whole result: the `offset` asked for (0 by default), one less
+   * when it falls inside a surrogate pair, the end when past it.
+   */
   offset: number;
 }
 
@@ -55,7 +58,9 @@ export function toolPartResult(
 ): VoiceToolResult {
   const whole = resultText(part);
   const maxChars = options.maxChars ?? VOICE_TOOL_RESULT_MAX_CHARS;
-  const offset = Math.min(options.offset ?? 0, whole.length);
+  const asked = Math.min(options.offset ?? 0, whole.length);
+  // Inside a surrogate pair: from the pair's start, so no half character is spoken or sent.
+  const offset = asked > 0 && isHighSurrogate(whole.charCodeAt(asked - 1)) ? asked - 1 : asked;
   const base = {
     toolCallId: part.toolCallId,
     toolName: part.type.slice('tool-'.length),

@@ -153,6 +153,14 @@ describe('toolResultForVoice', () => {
     });
   });
 
+  it('starts an offset that falls inside a surrogate pair at the pair, never on half a character', () => {
+    const state = finishedWith('ab😀cd');
+    expect(toolResultForVoice(state, 'tc1', { offset: 3 })).toMatchObject({
+      text: '😀cd',
+      offset: 2,
+    });
+  });
+
   it('reads back the whole text, surrogate pairs intact, by following the hints page by page', () => {
     fc.assert(
       fc.property(
