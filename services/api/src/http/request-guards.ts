@@ -87,7 +87,7 @@ export function bodyTooLarge(limitBytes: number, declaredBytes?: number): ApiErr
   return new ApiError(
     413,
     'body_too_large',
-    `${what} this route's limit of ${limitBytes} bytes; it was not read and nothing was done`,
+    `${what} this route's limit of ${limitBytes} bytes; it was not read and nothing in it was done`,
     undefined,
     { limitBytes },
   );
