@@ -21,21 +21,24 @@ import { isPlainObject } from './event-catalogue';
 import type { EventType } from './event-types';
 
 /**
- * Room for what `sealBatch` adds to metadata after the gate, in canonical JSON. Tenant ids
+ * Room for what the server adds to metadata after the gate, in canonical JSON. Tenant ids
  * (≤ 64), run ids and thread ids (≤ 128) are printable ASCII with nothing to escape, hashes
  * are 64 hex digits: `,"tenantId":"…"` 142 + `,"runId":"…"` 139 + `,"threadId":"…"` 142 +
  * `,"prevHash":"…"` 78 + `,"hash":"…"` 74 = 575 bytes with every id at 128 characters, and on
- * a reduced event the api's `,"originalSha256":"…"` 84 more: 659. A client value under the
- * same key is overwritten, which adds less than the key would. 768 leaves a margin; a
- * server-added metadata field must fit in it.
+ * a reduced event the api's `,"originalSha256":"…"` 84 more: 659. The run's active turn
+ * (`stampActiveTurns`) is a turn id the client chose: up to 256 characters, each escaped to as
+ * many as 6 bytes (`\u0001`), so `,"activeTurnId":"…"` takes up to 1,554: 2,213. A client
+ * value under the same key is overwritten, which adds less than the key would. 2,304 leaves a
+ * margin; a server-added metadata field must fit in it.
  */
-export const STAMP_RESERVE_BYTES = 768;
+export const STAMP_RESERVE_BYTES = 2304;
 
 /**
- * The smallest limit the gate accepts. Below it the fallback (envelope, stamp, identifiers
- * clamped to a few characters, metadata within its allowance) is not guaranteed to fit.
+ * The smallest limit the gate accepts: the reserve and 1,280 bytes, the least in which the
+ * fallback (envelope, stamp, identifiers clamped to a few characters, metadata within its
+ * allowance) is guaranteed to fit.
  */
-export const MIN_LIMIT_BYTES = 2048;
+export const MIN_LIMIT_BYTES = STAMP_RESERVE_BYTES + 1280;
 
 /** The last clamping pass cuts text to this many characters (UTF-16 code units). */
 export const MIN_CLAMP_CHARS = 64;

@@ -1442,7 +1442,8 @@ describe('gateEvent: where the passes stop', () => {
   it('keeps tool stubs of exactly 1/16 of the budget when the pass cap is smaller, and drops larger ones', () => {
     // Given 20 long messages that must be clamped far below the stubs' size, and tools whose
     // stubs take exactly the allowance, then one byte more
-    const allowance = Math.floor((16 * 1024 - STAMP_RESERVE_BYTES) / 16);
+    const limit = 15_616 + STAMP_RESERVE_BYTES;
+    const allowance = Math.floor((limit - STAMP_RESERVE_BYTES) / 16);
     const stubsOf = (bytes: number) => {
       const names = Array.from({ length: 13 }, (_, i) => `tool_${i}`.padEnd(60, 'x'));
       const last = bytes - jsonBytes(names.map((name) => ({ name }))) - jsonBytes({ name: '' }) - 1;
@@ -1453,10 +1454,7 @@ describe('gateEvent: where the passes stop', () => {
         role: 'user',
         content: 'z'.repeat(100_000),
       }));
-      return gateEvent(
-        eventOf('model.call', { callId: 'c', model: 'm', messages, tools }),
-        16 * 1024,
-      );
+      return gateEvent(eventOf('model.call', { callId: 'c', model: 'm', messages, tools }), limit);
     };
     const exact = stubsOf(allowance);
     const over = stubsOf(allowance + 1);
@@ -1464,7 +1462,7 @@ describe('gateEvent: where the passes stop', () => {
     const kept = gated(exact);
     const dropped = gated(over);
 
-    expectRecordable(kept, 16 * 1024);
+    expectRecordable(kept, limit);
     expect(jsonBytes(dataOf(kept).tools as unknown[])).toBe(allowance);
     expect(dataOf(kept).tools).toEqual(exact.map(({ name }) => ({ name })));
     expect(dataOf(dropped)).not.toHaveProperty('tools');
@@ -1537,7 +1535,12 @@ describe('gateEvent: the guaranteed fit of every catalogue type', () => {
     // Then the data keeps every required field, and has no problem but the id
     for (const key of REQUIRED[type]) expect(dataOf(result)).toHaveProperty(key);
     expect(problemsOf(result.event).filter((problem) => problem.field !== 'id')).toEqual([]);
-    expect(result.byteLength).toBeLessThanOrEqual(MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES);
+    // A type whose worst data fits the smallest limit (a turn's: an id and an enum) is never
+    // reduced: it is recorded whole, within the limit.
+    if (!result.truncated) expect(dataOf(result)).toEqual(data);
+    expect(result.byteLength).toBeLessThanOrEqual(
+      result.truncated ? MIN_LIMIT_BYTES - STAMP_RESERVE_BYTES : MIN_LIMIT_BYTES,
+    );
   });
 });
 
@@ -1663,12 +1666,13 @@ describe('gateEvent: model.call at the floor', () => {
     }));
     const event = eventOf('model.call', { callId: 'c', model: 'm', messages });
 
-    // When it is gated to a limit with some bytes to spare at the floor
-    const result = gateEvent(event, 3600);
+    // When it is gated to a limit with some bytes to spare at the floor (a budget of 2,832)
+    const limit = 2832 + STAMP_RESERVE_BYTES;
+    const result = gateEvent(event, limit);
 
     // Then every message is kept, each cut at the floor: the spare bytes stay unspent
-    expectRecordable(result, 3600);
-    expect(result.byteLength).toBeLessThan(3600 - STAMP_RESERVE_BYTES - 200);
+    expectRecordable(result, limit);
+    expect(result.byteLength).toBeLessThan(limit - STAMP_RESERVE_BYTES - 200);
     const kept = dataOf(result).messages as Message[];
     expect(stampOf(result).omittedMessageCount).toBe(0);
     kept.forEach((message, i) => {
@@ -1679,7 +1683,8 @@ describe('gateEvent: model.call at the floor', () => {
   it('sizes the messages from the event exactly, beside clamped metadata, tools and a client stamp', () => {
     // Given model calls whose one long message is clamped by the first pass, its length
     // growing a character at a time across the length where that pass fills the budget
-    const budget = 16 * 1024 - STAMP_RESERVE_BYTES;
+    const limit = 15_616 + STAMP_RESERVE_BYTES;
+    const budget = limit - STAMP_RESERVE_BYTES;
     const forged = {
       originalByteLength: 1,
       limitBytes: 1,
@@ -1694,7 +1699,7 @@ describe('gateEvent: model.call at the floor', () => {
         tools: [{ name: 'search' }],
         truncation: forged,
       };
-      return gateEvent(eventOf('model.call', data, { notes: 'n'.repeat(50_000) }), 16 * 1024);
+      return gateEvent(eventOf('model.call', data, { notes: 'n'.repeat(50_000) }), limit);
     });
 
     // Then each keeps its message at half its length or more, and its tools; one fills the

@@ -253,6 +253,29 @@ describe('other oversize events', () => {
     expect((finished.data.output as string).length).toBeLessThan(EVENT_MAX_BYTES);
   });
 
+  it('are recorded within EVENT_MAX_BYTES with every stamp the server adds, the active turn included', async () => {
+    const runId = await newRun();
+    // The longest turn id, each character escaped to six bytes in JSON: the active-turn stamp
+    // the server adds to every event of the turn is then 1.5 KB.
+    const turnId = '\u0001'.repeat(256);
+    const res = await append(runId, {
+      events: [
+        { type: 'turn.started', data: { turnId, source: 'api' } },
+        {
+          type: 'tool.finished',
+          data: { toolCallId: 'c1', failed: false, output: 'x'.repeat(100_000) },
+        },
+      ],
+    });
+    expect(res.status).toBe(201);
+    const [, , finished] = await recorded(runId);
+    expect(finished.metadata.activeTurnId).toBe(turnId);
+    const { id, type, data, metadata } = finished;
+    expect(Buffer.byteLength(JSON.stringify({ id, type, data, metadata }))).toBeLessThanOrEqual(
+      EVENT_MAX_BYTES,
+    );
+  });
+
   it('tell a retry from another event under the same id by the data they came with, not by what the gate left', async () => {
     const runId = await newRun();
     const id = randomUUID();
