@@ -39,6 +39,7 @@ import {
   PAGE_CHARS,
   UnreadableEventError,
   WrongExpectedRevisionError,
+  appendResult,
   expectationHolds,
   type AppendResult,
   type EventStore,
@@ -53,6 +54,12 @@ import { HeadCache } from './head-cache';
 import { KeyedSerializer } from './keyed-serializer';
 
 type Gated = GateResult<ValidEvent & { id: string }>;
+
+/** A batch answered as a retry: its originals, and what each was reduced from (null: whole). */
+interface RecordedBatch {
+  result: AppendResult;
+  reductions: (number | null)[];
+}
 
 /**
  * Metadata the server stamps on a reduced event: the SHA-256 of the canonical JSON of the
@@ -181,10 +188,35 @@ export class RunLogService {
     for (const event of withIds) gated.push(await this.gate(event, clock));
     const toRecord = gated.map((g) => g.event as ValidEvent & { id: string });
     const stream = runStream(tenantId, runId);
-    const result = await this.serializer.run(stream, () =>
-      this.appendSerialized(tenantId, runId, toRecord, request.value.expectedRevision, clientIds),
-    );
-    if (result.idempotent) await this.sameOriginals(stream, gated);
+    const appended = await this.serializer
+      .run(stream, () =>
+        this.appendSerialized(tenantId, runId, toRecord, request.value.expectedRevision, clientIds),
+      )
+      .catch((error: unknown) => {
+        if (clientIds && error instanceof EventIdConflictError) return error;
+        throw error;
+      });
+    let result: AppendResult;
+    let retried: RecordedBatch | null = null;
+    if (appended instanceof EventIdConflictError || appended.idempotent) {
+      // The store compares events as reduced, and metadata, which is not an event's identity,
+      // decides how much a near-limit event is cut: whether this is a retry is decided here,
+      // by the data each event was sent with.
+      const asRecorded = await this.asRecorded(stream, gated, clock, appended);
+      if ('differs' in asRecorded) {
+        throw appended instanceof EventIdConflictError
+          ? appended
+          : new EventIdConflictError(
+              stream,
+              asRecorded.differs,
+              'was recorded with different content',
+            );
+      }
+      retried = asRecorded;
+      result = asRecorded.result;
+    } else {
+      result = appended;
+    }
     const outcome = result.idempotent ? 'idempotent' : 'recorded';
     gated.forEach((g) => {
       this.metrics.appendedEvents.inc({ type: g.event.type, outcome });
@@ -197,31 +229,37 @@ export class RunLogService {
       position: result.position,
       events: result.events,
     };
-    const reduced = gated.flatMap((g, i) =>
-      g.truncated ? [{ g, recorded: result.events[i] }] : [],
-    );
+    // A retry answers as its events were recorded: reduced or whole, whatever this send was.
+    const reductions =
+      retried?.reductions ?? gated.map((g) => (g.truncated ? g.originalByteLength : null));
+    const reduced = gated.flatMap((g, i) => {
+      const originalByteLength = reductions[i];
+      return originalByteLength === null
+        ? []
+        : [{ type: g.event.type, originalByteLength, recorded: result.events[i] }];
+    });
     if (reduced.length === 0) return response;
-    for (const { g, recorded } of reduced) {
+    for (const { type, originalByteLength, recorded } of reduced) {
       // A retry of a reduced event was recorded (and said so) the first time.
       if (result.idempotent) continue;
-      this.metrics.truncations.inc({ type: g.event.type });
+      this.metrics.truncations.inc({ type });
       this.logger.warn({
         msg: 'oversize event reduced to fit and recorded with a truncation stamp',
         tenantId,
         runId,
         eventId: recorded.id,
-        type: g.event.type,
-        originalByteLength: g.originalByteLength,
+        type,
+        originalByteLength,
         limitBytes: this.config.eventMaxBytes,
-        dispatch: g.event.type === 'model.call' ? 'refused' : 'not_applicable',
+        dispatch: type === 'model.call' ? 'refused' : 'not_applicable',
         recorded: { revision: recorded.revision, position: recorded.position, truncated: true },
       });
     }
-    const truncated = reduced.map(({ g, recorded }) => ({
+    const truncated = reduced.map(({ originalByteLength, recorded }) => ({
       id: recorded.id,
-      originalByteLength: g.originalByteLength,
+      originalByteLength,
     }));
-    const calls = reduced.filter(({ g }) => g.event.type === 'model.call');
+    const calls = reduced.filter(({ type }) => type === 'model.call');
     if (calls.length > 0) {
       // Each refused call counts: a batch may hold several. The answer's fields name the first;
       // `truncated` lists them all.
@@ -232,12 +270,12 @@ export class RunLogService {
       throw new ApiError(
         413,
         'model_call_too_large',
-        `model call ${call.recorded.id}${more} is ${call.g.originalByteLength} bytes, over EVENT_MAX_BYTES (${this.config.eventMaxBytes}): ` +
+        `model call ${call.recorded.id}${more} is ${call.originalByteLength} bytes, over EVENT_MAX_BYTES (${this.config.eventMaxBytes}): ` +
           'it was recorded reduced and must not be dispatched',
         undefined,
         {
           dispatch: 'refused',
-          originalByteLength: call.g.originalByteLength,
+          originalByteLength: call.originalByteLength,
           limitBytes: this.config.eventMaxBytes,
           recorded: {
             revision: call.recorded.revision,
@@ -281,23 +319,55 @@ export class RunLogService {
   }
 
   /**
-   * An append answered as a retry of recorded events: a reduced event among them must have
-   * come with the same data as the recorded one, not only have been reduced to the same.
-   * Events recorded before the digest was stamped are judged by their reduced data alone.
+   * The batch as recorded, when every event of it is recorded in this stream with the same
+   * type and the same original data: the data it was sent with, before any reduction, whose
+   * digest a reduced event carries (ORIGINAL_DIGEST). Metadata is not part of an event's
+   * identity, yet it counts towards its size, so a retry may be reduced where the first send
+   * was not, or the other way round, or cut elsewhere. Answers the originals, and what each
+   * recorded event was reduced from (null: recorded whole); else the first event that differs.
+   * Events reduced before the digest was stamped are judged by their reduced data alone.
    */
-  private async sameOriginals(stream: string, gated: readonly Gated[]): Promise<void> {
-    const digests = new Map(
-      gated.flatMap(({ truncated, event }) =>
-        truncated ? [[event.id, event.metadata?.[ORIGINAL_DIGEST]] as const] : [],
-      ),
+  private async asRecorded(
+    stream: string,
+    gated: readonly Gated[],
+    clock: SliceClock,
+    storeAnswer: AppendResult | EventIdConflictError,
+  ): Promise<RecordedBatch | { differs: string }> {
+    const stored = await this.store.readByIds(
+      stream,
+      gated.map((g) => g.event.id),
     );
-    if (digests.size === 0) return;
-    for (const recorded of await this.store.readByIds(stream, [...digests.keys()])) {
-      const digest = recorded.metadata[ORIGINAL_DIGEST];
-      if (typeof digest === 'string' && digest !== digests.get(recorded.id)) {
-        throw new EventIdConflictError(stream, recorded.id, 'was recorded with different content');
+    const found = new Set(stored.map((e) => e.id));
+    if (stored.length !== gated.length || found.size !== stored.length) {
+      return { differs: gated.find((g) => !found.has(g.event.id))?.event.id ?? gated[0].event.id };
+    }
+    const digest = (data: unknown) => runInSlices(canonicalDigestSteps(data), clock);
+    // The store answered the retry, comparing type and data: what neither side reduced is the same.
+    const storeCompared = !(storeAnswer instanceof EventIdConflictError);
+    for (const [i, recorded] of stored.entries()) {
+      const { event, truncated } = gated[i];
+      const differs = { differs: event.id };
+      if (recorded.type !== event.type) return differs;
+      if (storeCompared && !truncated && reducedFrom(recorded.data) === null) continue;
+      const sent = truncated ? event.metadata?.[ORIGINAL_DIGEST] : await digest(event.data);
+      const kept = recorded.metadata[ORIGINAL_DIGEST];
+      if (typeof kept === 'string') {
+        if (kept !== sent) return differs;
+        continue;
+      }
+      // Recorded whole (or reduced before the digest was stamped): its data is what was sent.
+      const recordedDigest = await digest(recorded.data);
+      if (
+        sent !== recordedDigest &&
+        !(truncated && (await digest(event.data)) === recordedDigest)
+      ) {
+        return differs;
       }
     }
+    return {
+      result: appendResult(stored, true),
+      reductions: stored.map((recorded) => reducedFrom(recorded.data)),
+    };
   }
 
   private async appendSerialized(
@@ -708,4 +778,12 @@ export function toView(event: RecordedEvent): EventView {
     data: event.data,
     metadata: event.metadata,
   };
+}
+
+/** What a recorded event was reduced from (its stamp's originalByteLength); null when whole. */
+function reducedFrom(data: unknown): number | null {
+  const stamp = isPlainObject(data) ? data.truncation : undefined;
+  return isPlainObject(stamp) && typeof stamp.originalByteLength === 'number'
+    ? stamp.originalByteLength
+    : null;
 }

@@ -312,6 +312,68 @@ describe('other oversize events', () => {
     expect(await recorded(runId)).toHaveLength(2);
   });
 
+  it('answer a retry that differs only in metadata as recorded, whichever send was the one reduced', async () => {
+    const runId = await newRun();
+    const finish = (id: string, output: string, metadata: Record<string, unknown>) => ({
+      id,
+      type: 'tool.finished',
+      data: { toolCallId: `c-${id}`, failed: false, output },
+      metadata,
+    });
+    // Reduced when first sent: a retry with longer, or no, metadata is the same event.
+    const reducedId = randomUUID();
+    const first = await append(runId, {
+      events: [finish(reducedId, 'o'.repeat(30_000), { trace: 'a' })],
+    });
+    expect(first.status).toBe(201);
+    for (const metadata of [{ trace: 'ab' }, {}]) {
+      const retry = await append(runId, {
+        events: [finish(reducedId, 'o'.repeat(30_000), metadata)],
+      });
+      expect({ status: retry.status, events: retry.body.events }).toEqual({
+        status: 201,
+        events: first.body.events,
+      });
+      expect(retry.body.truncated).toEqual(first.body.truncated);
+    }
+    // Whole when first sent, just under the limit: a retry whose metadata takes it over is the
+    // same event, recorded whole.
+    const wholeId = randomUUID();
+    const fits = finish(wholeId, '', {});
+    fits.data.output = 'w'.repeat(EVENT_MAX_BYTES - Buffer.byteLength(JSON.stringify(fits)) - 50);
+    const whole = await append(runId, { events: [fits] });
+    expect(whole.status).toBe(201);
+    expect(whole.body.truncated).toBeUndefined();
+    const over = await append(runId, {
+      events: [{ ...fits, metadata: { note: 'n'.repeat(2000) } }],
+    });
+    expect({ status: over.status, events: over.body.events }).toEqual({
+      status: 201,
+      events: whole.body.events,
+    });
+    expect(over.body.truncated).toBeUndefined();
+    expect(await recorded(runId)).toHaveLength(3);
+  });
+
+  it('answer a model call reduced when first sent 413 again, even when its retry would fit', async () => {
+    const runId = await newRun();
+    const id = randomUUID();
+    const call = {
+      id,
+      type: 'model.call',
+      data: { callId: 'c1', model: 'gpt-4o', messages: [{ role: 'user', content: 'hello' }] },
+    };
+    // Its metadata alone takes it over the limit: it is recorded reduced, not to be dispatched.
+    const first = await append(runId, {
+      events: [{ ...call, metadata: { notes: 'n'.repeat(EVENT_MAX_BYTES) } }],
+    });
+    expect(first.status).toBe(413);
+    const retry = await append(runId, { events: [{ ...call, metadata: {} }] });
+    expect(retry.status).toBe(413);
+    expect(retry.body).toMatchObject({ dispatch: 'refused', recorded: first.body.recorded });
+    expect(await recorded(runId)).toHaveLength(2);
+  });
+
   it('refuse a truncation stamp a client sent, 400 naming it; nothing is written', async () => {
     const runId = await newRun();
     const stamp = {
