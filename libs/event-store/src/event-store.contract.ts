@@ -291,6 +291,23 @@ export function describeEventStoreContract(
         expect(prefixed.map((e) => (e.data as { n: number }).n)).toEqual([3, 4]);
       });
 
+      it('readAll with a thread and a prefix counts maxCount among the prefixed streams only', async () => {
+        // A thread's receipts are stamped with it too: many of them in a row must not hide the
+        // run event after them from a page of run events.
+        const thread = { tenantId: `tenant-${randomUUID()}`, threadId: 'th-many' };
+        const stamped = (n: number) => event(n, { metadata: { ...thread } });
+        const started = await store.append(stream('tp-run-1'), [stamped(0)]);
+        for (let n = 1; n <= 6; n += 1) await store.append(stream(`tp-other-${n}`), [stamped(n)]);
+        await store.append(stream('tp-run-1'), [stamped(7)]);
+        const page = await store.readAll({
+          thread,
+          streamPrefix: stream('tp-run-'),
+          fromPosition: started.position + 1,
+          maxCount: 3,
+        });
+        expect(page.map((e) => (e.data as { n: number }).n)).toEqual([7]);
+      });
+
       it('a page budget ends a read once the events after its first hold maxChars, never before its second', async () => {
         const thread = { tenantId: `tenant-${randomUUID()}`, threadId: 'th-big' };
         // About 1,040 characters of JSON each: the second of a page stays under 1,500, the third passes it.

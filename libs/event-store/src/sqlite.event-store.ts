@@ -137,6 +137,7 @@ export class SqliteEventStore implements EventStore {
     after: Statement<[number, number], EventRow>;
     afterPrefixed: Statement<[number, number, string, number], EventRow>;
     ofThread: Statement<[string, string, number, number], EventRow>;
+    ofThreadPrefixed: Statement<[string, string, number, number, string, number], EventRow>;
     ofStream: Statement<[string, number, number], EventRow>;
     headPosition: Statement<[], { position: number | null }>;
     headPositionPrefixed: Statement<[number, string], { position: number }>;
@@ -171,6 +172,12 @@ export class SqliteEventStore implements EventStore {
       ofThread: events(
         `WHERE json_extract(metadata, '$.tenantId') = ? AND json_extract(metadata, '$.threadId') = ?
            AND position >= ? ORDER BY position LIMIT ?`,
+      ),
+      // The prefix filters inside the query, before LIMIT: a thread's receipts, stamped with
+      // it too, would otherwise fill a page of its run events and hide those after them.
+      ofThreadPrefixed: events(
+        `WHERE json_extract(metadata, '$.tenantId') = ? AND json_extract(metadata, '$.threadId') = ?
+           AND position >= ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?`,
       ),
       // The stream's own index, in revision order (its positions rise with it); the position
       // is the rowid, which the index holds, so rows before it are skipped in the index.
@@ -348,13 +355,18 @@ export class SqliteEventStore implements EventStore {
     }
     if (options.thread) {
       const { tenantId, threadId } = options.thread;
-      const rows = this.statements.ofThread.iterate(tenantId, threadId, from, limit);
-      return decoded(
-        takeWithin(rows, options.maxChars).rows.filter(
-          (row) => prefix === undefined || row[STREAM].startsWith(prefix),
-        ),
-        held,
-      );
+      const rows =
+        prefix === undefined
+          ? this.statements.ofThread.iterate(tenantId, threadId, from, limit)
+          : this.statements.ofThreadPrefixed.iterate(
+              tenantId,
+              threadId,
+              from,
+              prefix.length,
+              prefix,
+              limit,
+            );
+      return decoded(takeWithin(rows, options.maxChars).rows, held);
     }
     const rows = prefix
       ? this.statements.allPrefixed.iterate(from, prefix.length, prefix, limit)
