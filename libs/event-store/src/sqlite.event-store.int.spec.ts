@@ -110,6 +110,43 @@ describe('a stored event whose JSON does not parse', () => {
   });
 });
 
+describe('a stored event whose metadata is JSON but not an object', () => {
+  it.each(['null', '[]', '5'])(
+    'is unreadable, named, as one that does not parse (%s)',
+    async (json) => {
+      const file = join(dir, `metadata-${json.length}-${json.charCodeAt(0)}.db`);
+      const store = new SqliteEventStore({ file });
+      try {
+        const stream = runStream('acme', 'metadata');
+        await store.append(
+          stream,
+          [0, 1].map((n) => ({
+            id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
+            type: 'message.added',
+            data: { n },
+            metadata: {},
+          })),
+        );
+        const db = new Database(file);
+        db.prepare('UPDATE events SET metadata = ? WHERE revision = 1').run(json);
+        db.close();
+        expect((await store.readStream(stream)).map((e) => e.revision)).toEqual([0]);
+        const error = await store.readStream(stream, { fromRevision: 1 }).then(
+          () => null,
+          (caught: unknown) => caught,
+        );
+        expect(error).toBeInstanceOf(UnreadableEventError);
+        expect(error).toMatchObject({
+          event: { revision: 1 },
+          message: expect.stringContaining('metadata'),
+        });
+      } finally {
+        await store.close();
+      }
+    },
+  );
+});
+
 describe('SQLite subscriptions', () => {
   it('read large events a few megabytes at a time and go on at once, every event in order with its size', async () => {
     // A poll interval longer than the test: only reading on at once can deliver them all.

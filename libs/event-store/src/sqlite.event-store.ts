@@ -559,7 +559,9 @@ function decoded(rows: readonly EventRow[], held = -1): RecordedEvent[] {
       if (events.length > 0 && events[events.length - 1].position > held) return events;
       throw new UnreadableEventError(
         { id, stream, type, revision, position, recordedAt },
-        `its stored JSON does not parse (${error instanceof Error ? error.message : String(error)})`,
+        error instanceof SyntaxError
+          ? `its stored JSON does not parse (${error.message})`
+          : String(error instanceof Error ? error.message : error),
       );
     }
     events.push(event);
@@ -569,6 +571,16 @@ function decoded(rows: readonly EventRow[], held = -1): RecordedEvent[] {
 
 function toRecorded(row: EventRow): RecordedEvent {
   const [position, stream, revision, id, type, data, metadata, recordedAt] = row;
+  const parsedMetadata: unknown = JSON.parse(metadata);
+  // Every append stores an object: anything else is a damaged row, and every reader of
+  // metadata (tenant, run, thread, the hash chain) would fail on it, each its own way.
+  if (
+    typeof parsedMetadata !== 'object' ||
+    parsedMetadata === null ||
+    Array.isArray(parsedMetadata)
+  ) {
+    throw new TypeError(`its stored metadata is ${metadata.slice(0, 32)}, not an object`);
+  }
   return {
     id,
     stream,
@@ -576,7 +588,7 @@ function toRecorded(row: EventRow): RecordedEvent {
     revision,
     position,
     data: JSON.parse(data) as unknown,
-    metadata: JSON.parse(metadata) as Record<string, unknown>,
+    metadata: parsedMetadata as Record<string, unknown>,
     recordedAt,
     size: data.length + metadata.length,
   };
