@@ -4,6 +4,7 @@
  * resumed without gap or repeat; a failed handler stops it where it stood.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import Database from 'better-sqlite3';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CheckpointedProcessor, type BatchHandler } from './checkpointed-processor';
@@ -251,6 +252,102 @@ describe('CheckpointedProcessor', () => {
     expect(retries).toHaveLength(2);
     expect(recorder.handled).toHaveLength(30);
     expect(new Set(recorder.handled).size).toBe(30);
+  });
+});
+
+describe('an unreadable event (a damaged row)', () => {
+  async function damagedLog(): Promise<{ log: SqliteEventStore; bad: number; head: number }> {
+    const log = openLog();
+    await append(log, 'run-a', 5);
+    const bad = await append(log, 'run-a', 1);
+    const head = await append(log, 'run-a', 5);
+    const raw = new Database(join(dir, `log-${file}.db`));
+    raw.prepare("UPDATE events SET data = '{broken' WHERE position = ?").run(bad);
+    raw.close();
+    return { log, bad, head };
+  }
+
+  it('goes to a handler that takes it, after every batch before it, and the events after it follow', async () => {
+    const { log, bad, head } = await damagedLog();
+    const recorder = new Recorder();
+    const order: (number | string)[] = [];
+    const handler: BatchHandler = {
+      checkpoint: () => recorder.checkpoint(),
+      handle: async (batch) => {
+        await recorder.handle(batch);
+        order.push(...batch.map((e) => e.position));
+      },
+      unreadable: async (error) => {
+        await new Promise((resolve) => setImmediate(resolve));
+        order.push(`unreadable ${error.event.position}`);
+        recorder.saved = error.event.position;
+      },
+    };
+    const processor = new CheckpointedProcessor(log, handler, quiet, {
+      streamPrefix: 'run-',
+      batchSize: 2,
+      batchesAhead: 2,
+      resubscribeMs: [1],
+    });
+    processor.start();
+    await processor.waitFor(head, 5_000);
+    await processor.stop();
+    await log.close();
+    const expected = Array.from({ length: 11 }, (_, i) =>
+      i + 1 === bad ? `unreadable ${bad}` : i + 1,
+    );
+    expect(order).toEqual(expected);
+  });
+
+  it('offers it again at the next subscription when the handler could not take it', async () => {
+    const { log, bad, head } = await damagedLog();
+    const recorder = new Recorder();
+    let refusals = 1;
+    const reasons: unknown[] = [];
+    const handler: BatchHandler = {
+      checkpoint: () => recorder.checkpoint(),
+      handle: (batch) => recorder.handle(batch),
+      unreadable: (error) => {
+        if (refusals > 0) {
+          refusals -= 1;
+          throw new Error('mirror.db is locked');
+        }
+        recorder.handled.push(error.event.position);
+        recorder.saved = error.event.position;
+      },
+    };
+    const processor = new CheckpointedProcessor(
+      log,
+      handler,
+      { ...quiet, resubscribing: (error) => reasons.push(error) },
+      { streamPrefix: 'run-', batchSize: 2, resubscribeMs: [1] },
+    );
+    processor.start();
+    await processor.waitFor(head, 5_000);
+    await processor.stop();
+    await log.close();
+    expect(reasons).toEqual([new Error('mirror.db is locked')]);
+    expect(recorder.handled).toEqual(Array.from({ length: head }, (_, i) => i + 1));
+    expect(recorder.handled[bad - 1]).toBe(bad);
+  });
+
+  it('without such a handler, holds the processor at it: nothing after it is handled', async () => {
+    const { log, bad } = await damagedLog();
+    const recorder = new Recorder();
+    const retries: number[] = [];
+    const processor = new CheckpointedProcessor(
+      log,
+      recorder,
+      { ...quiet, resubscribing: (_error, position) => retries.push(position) },
+      { streamPrefix: 'run-', batchSize: 2, resubscribeMs: [1] },
+    );
+    processor.start();
+    await expect(processor.waitFor(bad, 300)).rejects.toBeInstanceOf(PositionNotReachedError);
+    await processor.stop();
+    await log.close();
+    expect(recorder.handled).toEqual([1, 2, 3, 4, 5]);
+    expect(retries.length).toBeGreaterThan(0);
+    expect(retries.every((position) => position === bad - 1)).toBe(true);
   });
 });
 

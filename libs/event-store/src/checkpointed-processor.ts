@@ -8,7 +8,12 @@
  * in flight. Batches are handled one at a time, in position order.
  */
 import { nextTurn } from '@runledger/domain/time-slices';
-import type { EventStoreReader, RecordedEvent, Subscription } from './event-store.port';
+import {
+  UnreadableEventError,
+  type EventStoreReader,
+  type RecordedEvent,
+  type Subscription,
+} from './event-store.port';
 import { PositionGate } from './position-gate';
 
 export interface BatchHandler {
@@ -26,6 +31,15 @@ export interface BatchHandler {
    * work done here overlaps the handling of the batches before it (see `batchesAhead`).
    */
   taken?(event: RecordedEvent): void;
+  /**
+   * An event the log cannot read (a damaged row), once every batch before it was handled: a
+   * handler that can record it and go on (the mirror parks it) commits its position as passed
+   * and resolves, and the events after it follow. Without this, the subscription fails as on
+   * any read error: resubscribed with `resubscribeMs` (the processor waits at the event until
+   * it is mended), or the processor fails without them. When it throws, the same, on its error:
+   * it is offered the event again at the next subscription.
+   */
+  unreadable?(error: UnreadableEventError, stopping: AbortSignal): Promise<void> | void;
 }
 
 export interface ProcessorObserver {
@@ -178,13 +192,19 @@ export class CheckpointedProcessor {
         continue;
       }
       if (error === null || this.stopped) return;
+      const unpassed = await this.passUnreadable(error);
+      if (unpassed === null) {
+        failures = 0;
+        continue;
+      }
+      if (this.failure !== null || this.stopped) return;
       if (waits.length === 0) {
-        this.fail(error);
+        this.fail(unpassed);
         return;
       }
       if (this.taken > before) failures = 0;
       const wait = waits[Math.min(failures, waits.length - 1)];
-      this.observer.resubscribing?.(error, this.taken, wait);
+      this.observer.resubscribing?.(unpassed, this.taken, wait);
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, wait);
         timer.unref();
@@ -335,6 +355,44 @@ export class CheckpointedProcessor {
         this.wakeReader = null;
       });
     return this.handling;
+  }
+
+  /**
+   * Hands an unreadable event to a handler that takes it, queued behind the batches before it
+   * (the gathered one flushed first), so positions are passed in order. Null once it is
+   * passed (the subscription is opened again after it); else the error to resubscribe on:
+   * the read's, or the handler's when it could not take the event (tried again then).
+   */
+  private async passUnreadable(error: unknown): Promise<unknown> {
+    const handler = this.handler;
+    if (!(error instanceof UnreadableEventError) || handler.unreadable === undefined) return error;
+    const { position, recordedAt } = error.event;
+    if (position <= this.taken) return error;
+    void this.flush();
+    const stopping = this.stopping.signal;
+    let outcome: unknown = error;
+    this.pending += 1;
+    this.handling = this.handling
+      .then(async () => {
+        if (this.failure !== null) return;
+        try {
+          await handler.unreadable!(error, stopping);
+        } catch (failure) {
+          outcome = failure;
+          return;
+        }
+        outcome = null;
+        this.gate.moveTo(position);
+        this.observer.committed(0, position, recordedAt);
+      })
+      .finally(() => {
+        this.pending -= 1;
+        this.wakeReader?.();
+        this.wakeReader = null;
+      });
+    await this.handling;
+    if (outcome === null) this.taken = position;
+    return outcome;
   }
 
   private async handleBatch(batch: RecordedEvent[]): Promise<void> {

@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
+import Database from 'better-sqlite3';
 import { CAUGHT_UP, followerLag, lagProblem } from './follower-lag';
 import type { RecordedEvent } from './event-store.port';
 import { SqliteEventStore } from './sqlite.event-store';
@@ -75,6 +76,26 @@ describe('followerLag', () => {
       events: receipts[1].position - runs[1].position,
       seconds: 5,
     });
+  });
+});
+
+describe('a follower held at an unreadable event', () => {
+  it('is measured from that event, and is not ready at once, naming it', async () => {
+    const events = await append('run-a', 3);
+    const raw = new Database(join(dir, `log-${file}.db`));
+    raw.prepare("UPDATE events SET data = '{broken' WHERE position = ?").run(events[1].position);
+    raw.close();
+    const lag = await followerLag(log, events[0].position, 'run-', at(events[1], 7_000));
+    expect(lag).toMatchObject({
+      events: events[2].position - events[0].position,
+      seconds: 7,
+      unreadable: { position: events[1].position },
+    });
+    expect(await lagProblem(() => Promise.resolve(lag), 60_000)).toMatch(
+      new RegExp(
+        `^held at an unreadable event: event ${events[1].id} .*position ${events[1].position}`,
+      ),
+    );
   });
 });
 

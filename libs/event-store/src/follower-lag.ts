@@ -4,13 +4,15 @@
  * how long the oldest event the follower has not handled yet has waited, not the age of the
  * last one it handled: after a quiet hour, one new event would otherwise read as an hour of lag.
  */
-import type { EventStoreReader } from './event-store.port';
+import { UnreadableEventError, type EventStoreReader } from './event-store.port';
 
 export interface FollowerLag {
   /** Log positions between the follower and the head; 0 when nothing waits. */
   events: number;
   /** How long the oldest waiting event has waited; 0 when nothing waits. */
   seconds: number;
+  /** The oldest waiting event, when it cannot be read: the follower cannot pass it. */
+  unreadable?: UnreadableEventError['event'];
 }
 
 export const CAUGHT_UP: FollowerLag = Object.freeze({ events: 0, seconds: 0 });
@@ -22,12 +24,21 @@ export async function followerLag(
   streamPrefix?: string,
   now: number = Date.now(),
 ): Promise<FollowerLag> {
-  const [next] = await log.readAll({ fromPosition: position + 1, maxCount: 1, streamPrefix });
+  let next: { recordedAt: string } | undefined;
+  let unreadable: UnreadableEventError['event'] | undefined;
+  try {
+    [next] = await log.readAll({ fromPosition: position + 1, maxCount: 1, streamPrefix });
+  } catch (error) {
+    // Its place and time are known without its JSON: the lag is still measured.
+    if (!(error instanceof UnreadableEventError)) throw error;
+    next = unreadable = error.event;
+  }
   if (!next) return CAUGHT_UP;
   const head = await log.headPosition({ streamPrefix });
   return {
     events: Math.max(1, head - position),
     seconds: Math.max(0, (now - Date.parse(next.recordedAt)) / 1000),
+    ...(unreadable === undefined ? {} : { unreadable }),
   };
 }
 
@@ -45,6 +56,11 @@ export async function lagProblem(
     lag = await measure();
   } catch (error) {
     return `lag unknown: the log could not be read (${String(error)})`;
+  }
+  // It waits for an operator, however young it is (docs/operations.md, damaged events).
+  if (lag.unreadable !== undefined) {
+    const { id, stream, revision, position } = lag.unreadable;
+    return `held at an unreadable event: event ${id} (stream ${stream}, revision ${revision}, position ${position}), ${lag.events} positions back`;
   }
   if (lag.seconds * 1000 <= maxLagMs) return null;
   return `behind the log: the oldest event not yet handled has waited ${lag.seconds.toFixed(1)} s (over ${maxLagMs} ms), ${lag.events} positions back`;

@@ -201,9 +201,11 @@ describe('MirrorFollower', () => {
     await appendRun('r2', 3);
     const follower = follow(sink, observer);
     await until(() => sink.acknowledged.length === 6 && store.checkpoint() === 7);
+    // Its tenant is the one its stream is named for: no other tenant's admin sees it.
     expect(observer.parkedEvents).toEqual([
-      expect.objectContaining({ eventId: 'bad-0', position: 4, tenantId: null }),
+      expect.objectContaining({ eventId: 'bad-0', position: 4, tenantId: 'unstamped' }),
     ]);
+    expect(store.listParked('tenant-a')).toEqual([]);
     expect(store.listParked(null)).toEqual([
       expect.objectContaining({
         eventId: 'bad-0',
@@ -214,6 +216,33 @@ describe('MirrorFollower', () => {
     // Still unencodable: a retry says so and keeps it parked, counting the attempt.
     await expect(follower.retryParked('bad-0', null)).rejects.toBeInstanceOf(StillParkedError);
     expect(store.parked('bad-0', null)?.attempts).toBe(2);
+  });
+
+  it('parks an event the log cannot read (a damaged row), the events after it flow, and re-drives it once mended', async () => {
+    const sink = new ScriptedSink();
+    const observer = new RecordingObserver();
+    await appendRun('r1', 5);
+    const raw = new Database(join(dir, 'runledger.db'));
+    const original = raw.prepare('SELECT data FROM events WHERE position = 3').get() as {
+      data: string;
+    };
+    raw.prepare("UPDATE events SET data = '{broken' WHERE position = 3").run();
+    const follower = follow(sink, observer);
+    await until(() => store.checkpoint() === 5);
+    expect(sink.acknowledged.map((m) => m.eventId)).toEqual(['r1-0', 'r1-1', 'r1-3', 'r1-4']);
+    expect(store.listParked('tenant-a')).toEqual([
+      expect.objectContaining({
+        eventId: 'r1-2',
+        position: 3,
+        reason: expect.stringMatching(/^unreadable: .*does not parse/),
+      }),
+    ]);
+    expect(observer.parkedEvents.map((p) => p.eventId)).toEqual(['r1-2']);
+    await expect(follower.retryParked('r1-2', 'tenant-a')).rejects.toBeInstanceOf(StillParkedError);
+    raw.prepare('UPDATE events SET data = ? WHERE position = 3').run(original.data);
+    raw.close();
+    expect((await follower.retryParked('r1-2', 'tenant-a')).published).toBe(true);
+    expect(sink.acknowledged.map((m) => m.eventId).pop()).toBe('r1-2');
   });
 
   it('parks only the message the broker refuses out of a refused batch, and re-drives it', async () => {
@@ -358,6 +387,45 @@ describe('MirrorFollower', () => {
     acknowledge();
     await new Promise((r) => setTimeout(r, 20));
     expect(store.checkpoint()).toBe(0);
+  });
+});
+
+describe('a mirror.db whose parked rows were kept without a tenant', () => {
+  it('gives each the tenant its stream is named for on open: no other tenant lists it', () => {
+    const file = join(dir, 'untenanted.db');
+    const first = new MirrorStore(file);
+    first.commit(
+      [
+        {
+          eventId: 'e-1',
+          position: 1,
+          stream: runStream('tenant-a', 'r1'),
+          type: 'message.added',
+          tenantId: null,
+          reason: 'unencodable',
+        },
+        {
+          eventId: 'e-2',
+          position: 2,
+          stream: 'not-a-run-stream',
+          type: 'message.added',
+          tenantId: null,
+          reason: 'unencodable',
+        },
+      ],
+      2,
+    );
+    first.close();
+    const reopened = new MirrorStore(file);
+    try {
+      expect(reopened.listParked('tenant-b').map((p) => p.eventId)).toEqual(['e-2']);
+      expect(reopened.listParked('tenant-a').map((p) => [p.eventId, p.tenantId])).toEqual([
+        ['e-1', 'tenant-a'],
+        ['e-2', null],
+      ]);
+    } finally {
+      reopened.close();
+    }
   });
 });
 

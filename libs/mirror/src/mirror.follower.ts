@@ -6,14 +6,16 @@
  * is built this way:
  *  - a publish failure is retried with capped exponential backoff, forever, counted and
  *    logged with the event's id and position; the checkpoint never skips ahead;
- *  - an event that cannot be encoded, or that the broker refuses as it is, is parked (kept
- *    in mirror.db with its reason, re-drivable) and the events after it still flow;
+ *  - an event that cannot be encoded, that the broker refuses as it is, or that the log
+ *    cannot read (a damaged row), is parked (kept in mirror.db with its reason, re-drivable)
+ *    and the events after it still flow;
  *  - a watchdog notices a subscription that went quiet while run events wait in the log,
  *    and resubscribes from the checkpoint.
  */
-import { RUN_STREAM_PREFIX, runStream } from '@runledger/domain';
+import { RUN_STREAM_PREFIX, parseStreamName, runStream } from '@runledger/domain';
 import {
   CheckpointedProcessor,
+  UnreadableEventError,
   followerLag,
   type BatchHandler,
   type EventStoreReader,
@@ -263,7 +265,15 @@ export class MirrorFollower implements BatchHandler {
     if (!parked) throw new ParkedEventNotFoundError(eventId);
     const { position } = parked;
     if (parked.redrivenAt !== null) return { event: parked, published: false };
-    const [event] = await this.log.readAll({ fromPosition: parked.position, maxCount: 1 });
+    let event: RecordedEvent | undefined;
+    try {
+      [event] = await this.log.readAll({ fromPosition: parked.position, maxCount: 1 });
+    } catch (error) {
+      if (!(error instanceof UnreadableEventError)) throw error;
+      const reason = unreadableReason(error);
+      this.store.recordAttempt(position, reason);
+      throw new StillParkedError(eventId, reason);
+    }
     if (!event || event.id !== eventId) {
       const reason = `the log holds no event ${eventId} at position ${parked.position}`;
       this.store.recordAttempt(position, reason);
@@ -283,6 +293,26 @@ export class MirrorFollower implements BatchHandler {
     }
     this.store.markRedriven(position);
     return { event: this.store.parkedAt(position) ?? parked, published: true };
+  }
+
+  /**
+   * An event the log cannot read is parked as an unencodable one is, its position committed:
+   * nothing of it can be published until it is mended, and the events after it must not wait
+   * for that (re-drive it once mended).
+   */
+  unreadable(error: UnreadableEventError): void {
+    const { id, stream, type, position } = error.event;
+    const request: ParkRequest = {
+      eventId: id,
+      position,
+      stream,
+      type,
+      tenantId: parseStreamName(stream)?.tenantId ?? null,
+      reason: unreadableReason(error),
+    };
+    this.store.commit([request], position);
+    this.position = position;
+    this.observer.parked(request);
   }
 
   /** Publishes the batch in parts of at most `batchBytes`, each committed once acknowledged. */
@@ -504,9 +534,18 @@ function parkRequest(event: RecordedEvent, reason: string): ParkRequest {
     position: event.position,
     stream: event.stream,
     type: event.type,
-    tenantId: typeof tenant === 'string' && tenant !== '' ? tenant : null,
+    // An event without its stamp still belongs to the tenant its stream is named for: only
+    // that tenant's admin may see it, or learn its run id.
+    tenantId:
+      typeof tenant === 'string' && tenant !== ''
+        ? tenant
+        : (parseStreamName(event.stream)?.tenantId ?? null),
     reason,
   };
+}
+
+function unreadableReason(error: UnreadableEventError): string {
+  return `unreadable: ${error.reason}`;
 }
 
 function reasonOf(error: UnencodableEventError | RejectedMessageError): string {

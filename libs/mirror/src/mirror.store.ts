@@ -4,6 +4,7 @@
  * parked) and its parked events. A parked row and the checkpoint that passes it commit in
  * one transaction, so an event is never both behind the checkpoint and unrecorded.
  */
+import { parseStreamName } from '@runledger/domain';
 import { Checkpoints } from '@runledger/event-store';
 import Database, { type Database as Db, type Statement } from 'better-sqlite3';
 
@@ -104,6 +105,7 @@ export class MirrorStore {
     this.db.pragma('synchronous = NORMAL');
     migrateParkedKey(this.db);
     this.db.exec(SCHEMA);
+    tenantUnstampedRows(this.db);
     this.checkpoints = new Checkpoints(this.db);
     this.statements = {
       park: this.db.prepare(
@@ -210,4 +212,24 @@ function toParked(row: ParkedRow): ParkedEvent {
     lastAttemptAt: row.last_attempt_at,
     redrivenAt: row.redriven_at,
   };
+}
+
+/**
+ * Rows parked before an event without a tenant stamp was given its stream's tenant: each is
+ * given it now, so only that tenant's admin lists it (a row whose stream names no tenant is
+ * still every admin's: it reveals none).
+ */
+function tenantUnstampedRows(db: Db): void {
+  const rows = db
+    .prepare<[], { position: number; stream: string }>(
+      'SELECT position, stream FROM parked WHERE tenant_id IS NULL',
+    )
+    .all();
+  const update = db.prepare<[string, number]>('UPDATE parked SET tenant_id = ? WHERE position = ?');
+  db.transaction(() => {
+    for (const { position, stream } of rows) {
+      const tenantId = parseStreamName(stream)?.tenantId;
+      if (tenantId !== undefined) update.run(tenantId, position);
+    }
+  })();
 }
