@@ -3,9 +3,11 @@
  * Last-Event-ID, and per-user seen cursors, on a real SQLite file.
  */
 import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 import { isReader, SseReader } from '../testing/sse-reader';
-import { SurfaceService } from '../surface/surface.service';
+import { SURFACE_FILE, SurfaceService } from '../surface/surface.service';
 
 let t: TestApp;
 beforeAll(async () => {
@@ -315,6 +317,24 @@ describe('GET /v1/notifications/stream?minPosition=', () => {
   });
 });
 
+/** Starts a run in `app`, then asks /health/ready until it is not ready (2 s at most). */
+async function startRunUntilNotReady(app: TestApp) {
+  const res = await app
+    .http()
+    .post(`/v1/runs/run-${randomUUID()}/events`)
+    .set(app.auth())
+    .send({
+      events: [{ type: 'run.started', data: { threadId: 't', agent: 'a', source: 'api' } }],
+    });
+  expect(res.status).toBe(201);
+  let health = await app.http().get('/health/ready');
+  for (let i = 0; i < 100 && health.status === 200; i += 1) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    health = await app.http().get('/health/ready');
+  }
+  return { position: res.body.position as number, health };
+}
+
 describe('a stopped notification view', () => {
   it('turns /health/ready to 503 naming it, and a query waiting on it answers 503 at once', async () => {
     const other = await startTestApp();
@@ -323,24 +343,12 @@ describe('a stopped notification view', () => {
       expect(ready.body.checks).toMatchObject({ clientSurface: 'ok' });
       // The view's file becomes unwritable: the next batch cannot commit.
       other.app.get(SurfaceService).store.close();
-      const res = await other
-        .http()
-        .post(`/v1/runs/run-${randomUUID()}/events`)
-        .set(other.auth())
-        .send({
-          events: [{ type: 'run.started', data: { threadId: 't', agent: 'a', source: 'api' } }],
-        });
-      expect(res.status).toBe(201);
-      let health = await other.http().get('/health/ready');
-      for (let i = 0; i < 100 && health.status === 200; i += 1) {
-        await new Promise((resolve) => setTimeout(resolve, 20));
-        health = await other.http().get('/health/ready');
-      }
+      const { position, health } = await startRunUntilNotReady(other);
       expect(health.status).toBe(503);
       expect(health.body.checks.clientSurface).toMatch(/client surface stopped/);
       const page = await other
         .http()
-        .get(`/v1/notifications?minPosition=${res.body.position}`)
+        .get(`/v1/notifications?minPosition=${position}`)
         .set(other.auth());
       expect(page.status).toBe(503);
       expect(page.body.error).toBe('projection_stopped');
@@ -348,4 +356,34 @@ describe('a stopped notification view', () => {
       await other.close().catch(() => undefined);
     }
   });
+});
+
+describe('a notification view that stopped', () => {
+  it('starts again from its checkpoint by itself once the cause has passed, and catches up', async () => {
+    const other = await startTestApp();
+    // Another writer holds the view's file locked: the follower's next commit fails.
+    const lock = new Database(join(other.config.dataDir, SURFACE_FILE), { timeout: 0 });
+    try {
+      lock.exec('BEGIN IMMEDIATE');
+      const started = await startRunUntilNotReady(other);
+      let health = started.health;
+      expect(health.body.checks.clientSurface).toMatch(/client surface stopped/);
+
+      lock.exec('ROLLBACK');
+      for (let i = 0; i < 200 && health.status !== 200; i += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 25));
+        health = await other.http().get('/health/ready');
+      }
+      expect(health.body.checks.clientSurface).toBe('ok');
+      const page = await other
+        .http()
+        .get(`/v1/notifications?minPosition=${started.position}`)
+        .set(other.auth());
+      expect(page.status).toBe(200);
+    } finally {
+      if (lock.inTransaction) lock.exec('ROLLBACK');
+      lock.close();
+      await other.close().catch(() => undefined);
+    }
+  }, 30_000);
 });

@@ -38,7 +38,6 @@ const CACHE_SIZE = 2000;
 
 export class SurfaceFollower implements BatchHandler {
   private readonly processor: CheckpointedProcessor;
-  private failure: unknown = null;
   /** The notification items of the batch just committed, told once the processor moved. */
   private recorded: readonly Notification[] = [];
   private readonly cache = new Map<string, NotificationThread>();
@@ -57,10 +56,7 @@ export class SurfaceFollower implements BatchHandler {
           this.recorded = [];
           this.observer.committed(position, notifications);
         },
-        failed: (error, position) => {
-          this.failure = error;
-          this.observer.failed(error, position);
-        },
+        failed: (error, position) => this.observer.failed(error, position),
       },
       { batchSize: BATCH_SIZE },
     );
@@ -73,10 +69,6 @@ export class SurfaceFollower implements BatchHandler {
   /** Resolves once the follower has passed `minPosition`; rejects after `timeoutMs`. */
   waitFor(minPosition: number, timeoutMs: number): Promise<void> {
     return this.processor.waitFor(minPosition, timeoutMs);
-  }
-
-  problem(): unknown {
-    return this.failure;
   }
 
   start(): void {

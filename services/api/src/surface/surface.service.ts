@@ -17,6 +17,7 @@ import type { Notification } from '@runledger/domain';
 import { EVENT_STORE, followerLag, lagProblem, type EventStore } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import { APP_CONFIG, type AppConfig } from '../config/config';
+import { FollowerRestarts } from '../health/follower-restarts';
 import { rebuildAtStart, type RebuildProgress } from '../health/rebuild-progress';
 import { ApiError, awaitReadModel } from '../http/api-error';
 import { SurfaceFollower, type SurfaceObserver } from './surface.follower';
@@ -38,6 +39,7 @@ export class SurfaceService
   private readonly logger = new Logger('client-surface');
   private readonly listeners = new Set<(position: number) => void>();
   private rebuild: RebuildProgress | null = null;
+  private readonly restarts: FollowerRestarts;
 
   constructor(
     @Inject(EVENT_STORE) private readonly log: EventStore,
@@ -48,6 +50,7 @@ export class SurfaceService
     mkdirSync(config.dataDir, { recursive: true });
     this.store = new SurfaceStore(join(config.dataDir, fileName ?? SURFACE_FILE));
     this.follower = new SurfaceFollower(log, this.store, this);
+    this.restarts = new FollowerRestarts('client surface', this.follower, this.logger);
   }
 
   async onApplicationBootstrap(): Promise<void> {
@@ -62,6 +65,7 @@ export class SurfaceService
   }
 
   async onApplicationShutdown(): Promise<void> {
+    this.restarts.close();
     await this.follower.stop();
     this.store.close();
   }
@@ -70,16 +74,13 @@ export class SurfaceService
     this.metrics.clientSurfacePosition.set(position);
     this.rebuild?.committed(position);
     if (this.rebuild?.reached(position)) this.rebuild = null;
+    this.restarts.committed();
     for (const item of notifications) this.metrics.notifications.inc({ kind: item.kind });
     for (const listener of this.listeners) listener(position);
   }
 
   failed(error: unknown, position: number): void {
-    this.logger.error({
-      msg: 'the client surface follower stopped: a batch could not be applied',
-      position,
-      error: error instanceof Error ? error.stack : String(error),
-    });
+    this.restarts.failed(error, position);
   }
 
   position(): number {
@@ -92,7 +93,7 @@ export class SurfaceService
    * log), or behind the log by more than READY_MAX_LAG_MS.
    */
   async problem(): Promise<string | null> {
-    const failure = this.follower.problem();
+    const failure = this.restarts.failure;
     if (failure !== null) return `client surface stopped: ${String(failure)}`;
     if (this.rebuild) return `client surface ${this.rebuild.problem(this.follower.current())}`;
     const behind = await lagProblem(
@@ -121,7 +122,7 @@ export class SurfaceService
       return;
     }
     if (this.follower.current() >= minPosition) return;
-    const failure = this.follower.problem();
+    const failure = this.restarts.failure;
     if (failure !== null) {
       throw new ApiError(
         503,

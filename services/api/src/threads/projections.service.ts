@@ -34,19 +34,12 @@ import {
   type ThreadReadModels,
 } from '@runledger/projections';
 import { APP_CONFIG, type AppConfig } from '../config/config';
+import { FollowerRestarts } from '../health/follower-restarts';
 import { rebuildAtStart, type RebuildProgress } from '../health/rebuild-progress';
 import { ApiError, awaitReadModel } from '../http/api-error';
 
 export const READ_MODELS_FILE = 'read-models.db';
 const LAG_REFRESH_MS = 1000;
-/**
- * A stopped projector is started again from its checkpoint after this, doubling to
- * RESTART_MAX_MS while it keeps failing before a commit: a passing cause (a worker out of
- * memory after a burst, a locked or full disk) heals without an operator, and one that does
- * not costs a retry and a log line a minute at most.
- */
-const RESTART_FIRST_MS = 1000;
-const RESTART_MAX_MS = 60_000;
 
 @Injectable()
 export class ProjectionsService
@@ -58,11 +51,8 @@ export class ProjectionsService
   private readonly projector: ProjectionRunner;
   private readonly logger = new Logger('projector');
   private rebuild: RebuildProgress | null = null;
-  private failure: unknown = null;
   private lagTimer: NodeJS.Timeout | null = null;
-  private restartTimer: NodeJS.Timeout | null = null;
-  private restartInMs = RESTART_FIRST_MS;
-  private shuttingDown = false;
+  private readonly restarts: FollowerRestarts;
 
   constructor(
     @Inject(EVENT_STORE) private readonly log: EventStore,
@@ -91,6 +81,7 @@ export class ProjectionsService
             this,
           )
         : new Projector(log, this.store, this);
+    this.restarts = new FollowerRestarts('projector', this.projector, this.logger);
   }
 
   async onApplicationBootstrap(): Promise<void> {
@@ -121,9 +112,8 @@ export class ProjectionsService
   }
 
   async onApplicationShutdown(): Promise<void> {
-    this.shuttingDown = true;
+    this.restarts.close();
     if (this.lagTimer) clearInterval(this.lagTimer);
-    if (this.restartTimer) clearTimeout(this.restartTimer);
     await this.projector.stop();
     this.store.close();
   }
@@ -133,44 +123,17 @@ export class ProjectionsService
     this.metrics.projectorPosition.set(position);
     this.rebuild?.committed(position);
     if (this.rebuild?.reached(position)) this.rebuild = null;
-    this.restartInMs = RESTART_FIRST_MS;
+    this.restarts.committed();
   }
 
   failed(error: unknown, position: number): void {
-    this.failure = error;
-    this.logger.error({
-      msg: 'the projector stopped: a batch could not be applied; it starts again from its checkpoint',
-      position,
-      restartInMs: this.restartInMs,
-      error: error instanceof Error ? error.stack : String(error),
-    });
-    if (this.shuttingDown || this.restartTimer !== null) return;
-    this.restartTimer = setTimeout(() => void this.restart(), this.restartInMs);
-    this.restartTimer.unref();
-    this.restartInMs = Math.min(this.restartInMs * 2, RESTART_MAX_MS);
-  }
-
-  /** Starts a stopped projector again; a failure to start is one more `failed`. */
-  private async restart(): Promise<void> {
-    this.restartTimer = null;
-    if (this.shuttingDown) return;
-    await this.projector.stop();
-    if (this.shuttingDown) return;
-    const failure = this.failure;
-    await this.projector.start();
-    // Following again, with nothing new to fold there is no commit to say so.
-    if (this.failure === failure) {
-      this.failure = null;
-      this.logger.log({
-        msg: 'the projector follows the log again',
-        position: this.projector.current(),
-      });
-    }
+    this.restarts.failed(error, position);
   }
 
   /** Null when healthy, else why the read side cannot be trusted to be caught up. */
   async problem(): Promise<string | null> {
-    if (this.failure !== null) return `projector stopped: ${String(this.failure)}`;
+    const failure = this.restarts.failure;
+    if (failure !== null) return `projector stopped: ${String(failure)}`;
     // However young the log, views half rebuilt are not ready to be read.
     if (this.rebuild) return `projector ${this.rebuild.problem(this.projector.current())}`;
     const behind = await lagProblem(() => this.lag(), this.config.readyMaxLagMs);
