@@ -94,7 +94,7 @@ describeKafka('the standalone mirror killed with SIGKILL', () => {
 
       await consumer.waitForUnique(600, 60_000);
       await mirror.kill('SIGKILL');
-      const store = new MirrorStore(join(dataDir, MIRROR_FILE));
+      const store = new MirrorStore(join(dataDir, MIRROR_FILE), { topic });
       const checkpoint = store.checkpoint();
       store.close();
       expect(checkpoint).toBeGreaterThan(0);

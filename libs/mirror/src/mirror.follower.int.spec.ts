@@ -390,6 +390,63 @@ describe('MirrorFollower', () => {
   });
 });
 
+const parkedAt = (position: number): ParkRequest => ({
+  eventId: `e-${position}`,
+  position,
+  stream: runStream('tenant-a', 'r1'),
+  type: 'message.added',
+  tenantId: 'tenant-a',
+  reason: 'refused by the broker: MESSAGE_TOO_LARGE',
+});
+
+describe('the checkpoint of each topic', () => {
+  it("is its own: a topic new to this mirror.db starts from the log's start, the others keep theirs", () => {
+    const file = join(dir, 'topics.db');
+    const first = new MirrorStore(file, { topic: 'runs' });
+    first.commit([], 40);
+    first.close();
+    const other = new MirrorStore(file, { topic: 'runs.json' });
+    expect(other.checkpoint()).toBe(0);
+    other.commit([], 7);
+    other.close();
+    const again = new MirrorStore(file, { topic: 'runs' });
+    expect(again.checkpoint()).toBe(40);
+    again.close();
+  });
+
+  it('taken over from a mirror.db kept before, parked rows and all, by the first topic that opens it', () => {
+    const file = join(dir, 'one-checkpoint.db');
+    const legacy = new MirrorStore(file);
+    legacy.commit([parkedAt(20)], 25);
+    legacy.close();
+    const adopted = new MirrorStore(file, { topic: 'runs' });
+    expect(adopted.checkpoint()).toBe(25);
+    expect(adopted.listParked(null).map((p) => p.position)).toEqual([20]);
+    adopted.close();
+    const later = new MirrorStore(file, { topic: 'another' });
+    expect(later.checkpoint()).toBe(0);
+    expect(later.listParked(null)).toEqual([]);
+    later.close();
+  });
+
+  it('keeps parked rows per topic: one topic parking an event does not park it for another', () => {
+    const file = join(dir, 'parked-topics.db');
+    const small = new MirrorStore(file, { topic: 'small-records' });
+    small.commit([parkedAt(4)], 9);
+    small.markRedriven(4);
+    small.close();
+    const large = new MirrorStore(file, { topic: 'large-records' });
+    expect(large.listParked(null)).toEqual([]);
+    expect(large.parkedCount()).toBe(0);
+    large.commit([parkedAt(4)], 9);
+    large.close();
+    const back = new MirrorStore(file, { topic: 'small-records' });
+    expect(back.parkedAt(4)?.redrivenAt).not.toBeNull();
+    expect(back.parkedCount()).toBe(0);
+    back.close();
+  });
+});
+
 describe('a mirror.db whose parked rows were kept without a tenant', () => {
   it('gives each the tenant its stream is named for on open: no other tenant lists it', () => {
     const file = join(dir, 'untenanted.db');

@@ -65,7 +65,7 @@ export class MirrorService
     private readonly metrics: Metrics,
   ) {
     mkdirSync(settings.dataDir, { recursive: true });
-    this.store = new MirrorStore(join(settings.dataDir, MIRROR_FILE));
+    this.store = new MirrorStore(join(settings.dataDir, MIRROR_FILE), { topic: settings.topic });
     this.sink =
       settings.sink ??
       new KafkaEventSink({
