@@ -52,6 +52,8 @@ export interface MirrorObserver {
   recovered(failures: number, outageMs: number): void;
   parked(event: ParkRequest): void;
   resubscribed(reason: string, fromPosition: number): void;
+  /** The watchdog could not look at the log (it looks again at its next period). */
+  watchdogFailed?(error: unknown): void;
 }
 
 export interface MirrorFollowerOptions {
@@ -83,6 +85,8 @@ export class StillParkedError extends Error {
   constructor(
     readonly eventId: string,
     readonly reason: string,
+    /** Whether it was published again and refused, rather than not publishable at all. */
+    readonly published: boolean,
   ) {
     super(`event ${eventId} is still parked: ${reason}`);
     this.name = 'StillParkedError';
@@ -170,7 +174,7 @@ export class MirrorFollower implements BatchHandler {
     this.stoppedBy = null;
     this.processor.start();
     this.watchdog = setInterval(() => {
-      this.checkWatchdog().catch(() => undefined);
+      this.checkWatchdog().catch((error: unknown) => this.observer.watchdogFailed?.(error));
     }, this.watchdogMs);
     this.watchdog.unref();
   }
@@ -272,12 +276,12 @@ export class MirrorFollower implements BatchHandler {
       if (!(error instanceof UnreadableEventError)) throw error;
       const reason = unreadableReason(error);
       this.store.recordAttempt(position, reason);
-      throw new StillParkedError(eventId, reason);
+      throw new StillParkedError(eventId, reason, false);
     }
     if (!event || event.id !== eventId) {
       const reason = `the log holds no event ${eventId} at position ${parked.position}`;
       this.store.recordAttempt(position, reason);
-      throw new StillParkedError(eventId, reason);
+      throw new StillParkedError(eventId, reason, false);
     }
     let message: MirrorMessage;
     try {
@@ -287,7 +291,7 @@ export class MirrorFollower implements BatchHandler {
       if (error instanceof UnencodableEventError || error instanceof RejectedMessageError) {
         const reason = reasonOf(error);
         this.store.recordAttempt(position, reason);
-        throw new StillParkedError(eventId, reason);
+        throw new StillParkedError(eventId, reason, error instanceof RejectedMessageError);
       }
       throw error;
     }

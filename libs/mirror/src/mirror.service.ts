@@ -18,7 +18,13 @@ import { Metrics } from '@runledger/observability';
 import { errorText } from './error-text';
 import type { EventSink } from './event-sink.port';
 import { KafkaEventSink, topicMaxMessageBytes } from './kafka.event-sink';
-import { MirrorFollower, type MirrorObserver, type PublishFailure } from './mirror.follower';
+import {
+  MirrorFollower,
+  ParkedEventNotFoundError,
+  StillParkedError,
+  type MirrorObserver,
+  type PublishFailure,
+} from './mirror.follower';
 import { MirrorStore, type ParkedEvent, type ParkRequest } from './mirror.store';
 import type { MirrorFormat } from './run-event.codec';
 
@@ -176,10 +182,11 @@ export class MirrorService
 
   /** Re-drives a parked event; see MirrorFollower.retryParked. */
   async retryParked(eventId: string, tenantId: string | null): Promise<ParkedEvent> {
-    this.metrics.mirrorRetries.inc();
     try {
       const { event, published } = await this.follower.retryParked(eventId, tenantId);
+      // One re-drive already published it: this call attempted nothing.
       if (!published) return event;
+      this.metrics.mirrorRetries.inc();
       this.metrics.mirrorPublished.inc();
       this.logger.log({
         msg: 'parked event re-driven',
@@ -189,6 +196,12 @@ export class MirrorService
       });
       return event;
     } catch (error) {
+      // A publish refused again, or one that failed on the way (the broker down), was attempted.
+      const attempted =
+        error instanceof StillParkedError
+          ? error.published
+          : !(error instanceof ParkedEventNotFoundError);
+      if (attempted) this.metrics.mirrorRetries.inc();
       this.logger.warn({ msg: 'parked event re-drive failed', eventId, error: String(error) });
       throw error;
     } finally {
@@ -250,6 +263,13 @@ export class MirrorService
   resubscribed(reason: string, fromPosition: number): void {
     this.metrics.mirrorResubscriptions.inc();
     this.logger.warn({ msg: 'following the log again from the checkpoint', reason, fromPosition });
+  }
+
+  watchdogFailed(error: unknown): void {
+    this.logger.warn({
+      msg: 'the watchdog could not read the log; it looks again at its next period',
+      error: errorText(error),
+    });
   }
 
   /** Measures the lag now, and sets its gauges. */

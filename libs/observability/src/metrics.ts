@@ -26,7 +26,7 @@ export class Metrics {
 
   readonly rejections = new Counter({
     name: 'runledger_rejections_total',
-    help: 'Refused requests, by reason (the error code answered)',
+    help: 'Requests answered with an error code, by that code (model_call_too_large: recorded reduced, its dispatch refused)',
     labelNames: ['reason'] as const,
     registers: [this.registry],
   });
@@ -107,7 +107,7 @@ export class Metrics {
 
   readonly mirrorRetries = new Counter({
     name: 'runledger_mirror_publish_retries_total',
-    help: 'Publish attempts scheduled again after a failure, plus re-drives of parked events',
+    help: 'Publish attempts scheduled again after a failure, plus re-drives of parked events that attempted a publish',
     registers: [this.registry],
   });
 

@@ -420,6 +420,7 @@ describeKafka('the Kafka mirror (real broker)', () => {
       expect(await metric(t, 'runledger_mirror_parked_events')).toBe(0);
       // Asked again, the re-drive answers the same record and publishes (and counts) nothing.
       const published = await metric(t, 'runledger_mirror_published_events_total');
+      const retries = await metric(t, 'runledger_mirror_publish_retries_total');
       const again = await t
         .http()
         .post(`/v1/admin/mirror/parked/${parked.eventId}/retry`)
@@ -427,6 +428,7 @@ describeKafka('the Kafka mirror (real broker)', () => {
       expect(again.status).toBe(200);
       expect(again.body.event).toEqual(retried.body.event);
       expect(await metric(t, 'runledger_mirror_published_events_total')).toBe(published);
+      expect(await metric(t, 'runledger_mirror_publish_retries_total')).toBe(retries);
     } finally {
       warnings.mockRestore();
       await consumer.stop();
