@@ -5,7 +5,7 @@
  */
 import { ArgumentsHost, Catch, HttpException, Logger, type ExceptionFilter } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { StoreUnavailableError } from '@runledger/event-store';
+import { StoreUnavailableError, UnreadableEventError } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
 import { BodyRejections } from '../runs/body-rejections';
 import { ApiError } from './api-error';
@@ -79,6 +79,22 @@ export class ErrorFilter implements ExceptionFilter {
         'the event store cannot write now; nothing of the request was written: retry in a moment',
       );
       answerRefusal(request, reply, refusal, this.metrics);
+      return;
+    }
+    if (error instanceof UnreadableEventError) {
+      // Damaged storage, not the client's doing: the answer says which event, so the report
+      // that reaches an operator names what to mend (docs/operations.md).
+      this.logError(request, 'a recorded event is unreadable', error.message);
+      const { id, revision, position } = error.event;
+      const facts = { eventId: id, revision, position };
+      const answer = new ApiError(
+        500,
+        'event_unreadable',
+        `event ${id} (revision ${revision}) is stored but cannot be read, so the request could not be served; an operator must mend it`,
+        facts,
+        facts,
+      );
+      answerRefusal(request, reply, answer, this.metrics);
       return;
     }
     const apiError = toApiError(error);

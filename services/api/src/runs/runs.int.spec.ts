@@ -49,6 +49,7 @@ async function recorded(runId: string, key = KEYS.tenantA) {
         id: string;
         type: string;
         revision: number;
+        position: number;
         data: unknown;
         metadata: Record<string, unknown>;
       }[]);
@@ -438,23 +439,28 @@ describe('a run whose log holds an unreadable event (a damaged row)', () => {
     }
   });
 
-  it('answers an append that must read it as the head 500, with a request id the log line carries', async () => {
+  it('answers an append that must read it as the head 500 event_unreadable, naming it, logged with the request id', async () => {
     const damaged = await damagedRun(5);
+    const [, , , , , last] = await recorded(damaged);
     const errors = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
     try {
       // A revision other than the one this process remembers makes it read the stored head.
       const res = await append(damaged, { expectedRevision: 9, events: [message('late')] });
       expect(res.status).toBe(500);
       expect(res.body).toEqual({
-        error: 'internal',
-        message: `an unexpected error occurred; it was logged with requestId ${res.body.requestId}`,
-        requestId: expect.stringMatching(/^[0-9a-f-]{36}$/),
+        error: 'event_unreadable',
+        message: expect.stringContaining(`event ${last.id} (revision 5)`),
+        details: { eventId: last.id, revision: 5, position: last.position },
+        eventId: last.id,
+        revision: 5,
+        position: last.position,
       });
-      expect(res.headers['x-request-id']).toBe(res.body.requestId);
+      const requestId = res.headers['x-request-id'];
+      expect(requestId).toMatch(/^[0-9a-f-]{36}$/);
       expect(errors).toHaveBeenCalledWith(
         expect.objectContaining({
-          msg: 'unhandled error',
-          requestId: res.body.requestId,
+          msg: 'a recorded event is unreadable',
+          requestId,
           tenantId: 'tenant-a',
           error: expect.stringContaining('is unreadable'),
         }),
