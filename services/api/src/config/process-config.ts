@@ -3,7 +3,9 @@
  * that names the variable when a value is bad, and log as JSON lines at LOG_LEVEL.
  */
 import { ConsoleLogger, Logger, type LogLevel } from '@nestjs/common';
+import { isPlainObject } from '@runledger/domain';
 import { openEventStoreWhenReady, type EventStore, type StoreWait } from '@runledger/event-store';
+import { currentRequest } from '../http/request-context';
 import { ConfigError, loadConfig, type AppConfig } from './config';
 
 const LEVELS = ['error', 'warn', 'log', 'debug', 'verbose'] as const;
@@ -52,7 +54,17 @@ export class JsonLinesLogger extends ConsoleLogger {
     _writeStreamType?: 'stdout' | 'stderr',
     errorStack?: unknown,
   ): void {
-    super.printMessages(messages, context, logLevel, this.stream, errorStack);
+    // A line written for a request names it, as its answer's X-Request-Id does.
+    const request = currentRequest();
+    const named =
+      request === undefined
+        ? messages
+        : messages.map((message) =>
+            isPlainObject(message) && !('requestId' in message)
+              ? { ...message, requestId: request.requestId }
+              : message,
+          );
+    super.printMessages(named, context, logLevel, this.stream, errorStack);
   }
 }
 

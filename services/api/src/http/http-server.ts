@@ -15,6 +15,7 @@ import { authenticateRequests } from '../auth/authenticate.hook';
 import type { AppConfig } from '../config/config';
 import { ApiError } from './api-error';
 import { answerRefusal } from './error.filter';
+import { carryRequestContext } from './request-context';
 import { answerClientError, guardRequestBodies } from './request-guards';
 
 /** Path ids may be 128 characters (PATH_ID_PATTERN); Fastify's default cap is 100. */
@@ -90,6 +91,8 @@ function answerUnroutable(error: FastifyError, request: FastifyRequest, reply: F
 export function guardHttp(app: NestFastifyApplication, config: AppConfig): void {
   const fastify = app.getHttpAdapter().getInstance();
   const metrics = app.get(Metrics);
+  // First: what the hooks after it log names the request.
+  carryRequestContext(fastify);
   refuseWhileClosing(fastify, metrics);
   authenticateRequests(fastify, app.get(AccessPolicy), metrics);
   guardRequestBodies(fastify, config);
