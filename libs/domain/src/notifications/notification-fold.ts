@@ -51,8 +51,6 @@ export interface NotificationThread {
   /** Approvals waiting, a tool call's newest only (as the thread view keeps them). */
   pending: { approvalId: string; runId: string; toolCallId: string }[];
   status: 'blocked' | 'finished' | 'open';
-  /** Who the thread is for: `metadata.user` of its run and turn starts (a user's name, or `key:<key id>`). */
-  users: string[];
   /** Position of the last event folded in. */
   position: number;
 }
@@ -63,13 +61,22 @@ export interface NotificationThread {
  * could name an older one, and the position check already drops those.
  */
 export const MAX_ENDED_RUNS = 64;
-/** Users remembered per thread; a thread many people prompt is findable by its first ones. */
-export const MAX_THREAD_USERS = 32;
 /** Longest summary; a longer one is cut and ends with '…'. */
 export const SUMMARY_MAX = 280;
 
 /** Types that only move the position: they name no run the thread view would add. */
 const NOT_RUN_ACTIVITY = new Set(['turn.steered', 'model.call', 'append.rejected']);
+
+/**
+ * Who the event makes the thread for: the `metadata.user` of a run or turn start (a user's
+ * name, or `key:<key id>`), else null. Every such user is the thread's, however many: a thread
+ * is listed under `?user=` for each (their rows are the client surface store's, not this state's).
+ */
+export function threadUserOf(event: Pick<ProjectedEvent, 'type' | 'metadata'>): string | null {
+  if (event.type !== 'run.started' && event.type !== 'turn.started') return null;
+  const user = event.metadata.user;
+  return typeof user === 'string' && user !== '' ? user : null;
+}
 
 export function emptyNotificationThread(tenantId: string, threadId: string): NotificationThread {
   return {
@@ -81,7 +88,6 @@ export function emptyNotificationThread(tenantId: string, threadId: string): Not
     endedCount: 0,
     pending: [],
     status: 'open',
-    users: [],
     position: 0,
   };
 }
@@ -107,10 +113,6 @@ export function foldNotification(
       if (state.title === null && typeof data.title === 'string' && data.title.trim() !== '') {
         state.title = data.title;
       }
-      noteUser(state, event);
-      break;
-    case 'turn.started':
-      noteUser(state, event);
       break;
     case 'run.finished':
       if (state.activeRuns.includes(runId)) {
@@ -154,12 +156,6 @@ export function foldNotification(
 function ensureRun(state: NotificationThread, runId: string): void {
   if (state.activeRuns.includes(runId) || state.endedRuns.includes(runId)) return;
   state.activeRuns.push(runId);
-}
-
-function noteUser(state: NotificationThread, event: ProjectedEvent): void {
-  const user = event.metadata.user;
-  if (typeof user !== 'string' || user === '' || state.users.includes(user)) return;
-  if (state.users.length < MAX_THREAD_USERS) state.users.push(user);
 }
 
 function statusOf(state: NotificationThread): NotificationThread['status'] {

@@ -10,8 +10,8 @@ import { threadSequences } from '../projections/testing/thread-sequences';
 import {
   emptyNotificationThread,
   foldNotification,
+  threadUserOf,
   MAX_ENDED_RUNS,
-  MAX_THREAD_USERS,
   SUMMARY_MAX,
   type Notification,
 } from './notification-fold';
@@ -146,15 +146,14 @@ describe('foldNotification', () => {
     expect(foldNotification(state, asked)).toBeNull();
   });
 
-  it('remembers who the thread is for from its run and turn starts', () => {
-    const state = emptyNotificationThread(TENANT, THREAD);
+  it('names who the thread is for from its run and turn starts, and from nothing else', () => {
     const started = log.runStarted('r1');
     started.metadata.user = 'u:ana';
     const turn = log.turnStarted('r1', 't1');
     turn.metadata.user = 'k:0123abcd';
-    foldNotification(state, started);
-    foldNotification(state, turn);
-    expect(state.users).toEqual(['u:ana', 'k:0123abcd']);
+    const asked = log.approvalRequested('r1', 'ap1', 'tc1');
+    asked.metadata.user = 'u:eve';
+    expect([started, turn, asked].map(threadUserOf)).toEqual(['u:ana', 'k:0123abcd', null]);
   });
 
   it(`keeps a summary within ${SUMMARY_MAX} characters`, () => {
@@ -229,14 +228,10 @@ describe('foldNotification: edges', () => {
     expect(state.title).toBe('Refunds');
   });
 
-  it('remembers each user once, ignoring a missing or empty one', () => {
-    const state = emptyNotificationThread(TENANT, THREAD);
-    foldNotification(state, withUser(log.runStarted('r1'), 'u:ana'));
-    foldNotification(state, withUser(log.turnStarted('r1', 't1'), 'u:ana'));
-    foldNotification(state, withUser(log.turnStarted('r1', 't2'), ''));
-    foldNotification(state, withUser(log.turnStarted('r1', 't3'), 7));
-    foldNotification(state, withUser(log.turnStarted('r1', 't4'), 'u:bo'));
-    expect(state.users).toEqual(['u:ana', 'u:bo']);
+  it('names no user for a missing, empty or non-text one', () => {
+    expect(threadUserOf(log.turnStarted('r1', 't1'))).toBeNull();
+    expect(threadUserOf(withUser(log.turnStarted('r1', 't2'), ''))).toBeNull();
+    expect(threadUserOf(withUser(log.turnStarted('r1', 't3'), 7))).toBeNull();
   });
 
   it('asks the approval’s question trimmed, and leaves a blank one out', () => {
@@ -278,7 +273,6 @@ describe('foldNotification: what the write path never records, and its limits', 
       endedCount: 0,
       pending: [],
       status: 'open',
-      users: [],
       position: 0,
     });
   });
@@ -396,17 +390,6 @@ describe('foldNotification: what the write path never records, and its limits', 
       ['r1', 'completed'],
       ['r2', 'failed'],
     ]);
-  });
-
-  it(`remembers the first ${MAX_THREAD_USERS} users of a thread`, () => {
-    const state = emptyNotificationThread(TENANT, THREAD);
-    for (let u = 0; u <= MAX_THREAD_USERS; u += 1) {
-      const turn = log.turnStarted('r1', `t${u}`);
-      turn.metadata.user = `user-${u}`;
-      foldNotification(state, turn);
-    }
-    expect(state.users).toHaveLength(MAX_THREAD_USERS);
-    expect(state.users.at(-1)).toBe(`user-${MAX_THREAD_USERS - 1}`);
   });
 
   it('leaves out a question that is not text', () => {

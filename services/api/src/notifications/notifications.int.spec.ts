@@ -76,6 +76,38 @@ const items = (reader: SseReader) =>
   reader.events('notification').map((m) => JSON.parse(m.data!) as Record<string, unknown>);
 
 describe('GET /v1/notifications', () => {
+  it("counts a thread as every one of its users', however many prompted it", async () => {
+    const threadId = `t-${randomUUID()}`;
+    const runId = `run-${randomUUID()}`;
+    const users = Array.from({ length: 40 }, (_, i) => `crowd-${i}-${randomUUID()}`);
+    await append(runId, [
+      {
+        type: 'run.started',
+        data: { threadId, agent: 'ops', source: 'api' },
+        metadata: { user: users[0] },
+      },
+      ...users.flatMap((user, i) => [
+        {
+          type: 'turn.started',
+          data: { turnId: `turn-${i}`, source: 'typed' },
+          metadata: { user },
+        },
+        { type: 'turn.finished', data: { turnId: `turn-${i}`, status: 'completed' } },
+      ]),
+    ]);
+    const blocked = await append(runId, [approval(`ap-${randomUUID()}`)]);
+    for (const user of [users[0], users[31], users[32], users[39]]) {
+      const res = await list(`?after=${blocked - 1}&user=${user}&minPosition=${blocked}`);
+      expect({
+        user,
+        positions: res.body.notifications.map((i: { position: number }) => i.position),
+      }).toEqual({
+        user,
+        positions: [blocked],
+      });
+    }
+  });
+
   it('a thread that blocks then finishes gives exactly two items, in order, to its tenant only', async () => {
     const threadId = `t-${randomUUID()}`;
     const before = await append(`run-${randomUUID()}`, [

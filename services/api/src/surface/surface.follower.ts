@@ -13,6 +13,7 @@ import {
   emptyNotificationThread,
   foldNotification,
   threadKey,
+  threadUserOf,
   threadOf,
   type Notification,
   type NotificationThread,
@@ -126,12 +127,11 @@ export class SurfaceFollower implements BatchHandler {
       const key = threadKey(owner.tenantId, owner.threadId);
       const state = touched.get(key) ?? this.load(key, owner.tenantId, owner.threadId);
       touched.set(key, state);
-      const knownUsers = state.users.length;
       const item = foldNotification(state, event);
       if (item) notifications.push({ tenantId: owner.tenantId, item });
-      for (const user of state.users.slice(knownUsers)) {
-        users.push({ tenantId: owner.tenantId, user, threadId: owner.threadId });
-      }
+      // Recorded for each start that names one: the store keeps each user of a thread once.
+      const user = threadUserOf(event);
+      if (user !== null) users.push({ tenantId: owner.tenantId, user, threadId: owner.threadId });
     }
     return {
       threads: [...touched.values()],

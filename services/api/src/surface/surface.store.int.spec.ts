@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Notification } from '@runledger/domain';
+import Database from 'better-sqlite3';
 import { SurfaceStore } from './surface.store';
 
 const dir = mkdtempSync(join(tmpdir(), 'runledger-surface-'));
@@ -56,5 +57,30 @@ it("answers a user's notifications in position order, in few threads or many, an
     expect(positions('nobody', 0, 10)).toEqual([]);
   } finally {
     store.close();
+  }
+});
+
+it('drops what an earlier version folded, to be refolded from the log, keeping how far Kafka was sent', () => {
+  const file = join(dir, 'earlier.db');
+  const first = new SurfaceStore(file);
+  first.commit({
+    threads: [],
+    notifications: [{ tenantId: 'a', item: item('t-1', 5) }],
+    users: [{ tenantId: 'a', user: 'ana', threadId: 't-1' }],
+    bindings: [],
+    position: 5,
+  });
+  first.savePublished(5);
+  first.close();
+  const raw = new Database(file);
+  raw.pragma('user_version = 0');
+  raw.close();
+  const reopened = new SurfaceStore(file);
+  try {
+    expect(reopened.isEmpty()).toBe(true);
+    expect(reopened.notifications('a', { after: 0, limit: 10 })).toEqual([]);
+    expect(reopened.published()).toBe(5);
+  } finally {
+    reopened.close();
   }
 });

@@ -47,6 +47,12 @@ const SCHEMA = `
   CREATE INDEX IF NOT EXISTS bindings_by_thread ON bindings (tenant_id, thread_id);
 `;
 
+/**
+ * Bumped when the follower folds the log differently: a file folded before is refolded at
+ * start. 1: every user of a thread is recorded (it was its first 32).
+ */
+const FOLD_VERSION = 1;
+
 /** What the follower folds from the log: dropped by `clear`, refolded from position 0. */
 const FOLDED_TABLES = ['notification_threads', 'notifications', 'thread_users', 'bindings'];
 
@@ -119,6 +125,12 @@ export class SurfaceStore {
     this.db.pragma('synchronous = NORMAL');
     this.db.exec(SCHEMA);
     this.checkpoints = new Checkpoints(this.db);
+    if (this.db.pragma('user_version', { simple: true }) !== FOLD_VERSION) {
+      // Folded by another version of the rules: refolded from the log (what was published
+      // to Kafka stays published).
+      this.clear();
+      this.db.pragma(`user_version = ${FOLD_VERSION}`);
+    }
     this.selectThread = this.db.prepare(
       'SELECT state FROM notification_threads WHERE tenant_id = ? AND thread_id = ?',
     );
