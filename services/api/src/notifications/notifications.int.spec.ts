@@ -216,6 +216,20 @@ describe('seen cursors', () => {
     expect(fresh.body.seen).toBe(0);
   });
 
+  it("takes a burst of one user's seen calls, every one answered, the cursor at the highest", async () => {
+    const headers = user();
+    const { finished } = await blockThenFinish(`t-${randomUUID()}`);
+    const positions = Array.from({ length: 30 }, (_, i) => finished - 29 + i);
+    const answers = await Promise.all(
+      positions.map((position) =>
+        t.http().post('/v1/notifications/seen').set(headers).send({ position }),
+      ),
+    );
+    expect(answers.map((res) => res.status)).toEqual(positions.map(() => 200));
+    const page = await list('?limit=1', headers);
+    expect(page.body.seen).toBe(finished);
+  });
+
   it('never moves back, and refuses a position past the log head or a bad body, changing nothing', async () => {
     const headers = user();
     const { finished } = await blockThenFinish(`t-${randomUUID()}`);

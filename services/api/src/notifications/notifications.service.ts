@@ -23,13 +23,14 @@ import { SseClient, type NotificationsWatch, type OverflowReason } from '../stre
 import { takeOverForSse, type StreamStart } from '../streams/sse-fanout.service';
 import { startFrame } from '../streams/sse-frame';
 import { SurfaceService } from '../surface/surface.service';
+import { KeyedSerializer } from '../runs/keyed-serializer';
 import { SeenBody } from './seen-body';
 
 export const SEEN_STREAM_PREFIX = 'notifications-seen-';
 export const NOTIFICATIONS_SEEN = 'notifications.seen';
 /** Items read per page of a live stream's catch-up. */
 const STREAM_PAGE = 100;
-/** Concurrent "seen" calls of one user re-read the cursor this often before giving up. */
+/** Concurrent "seen" calls of one user on several replicas re-read the cursor this often. */
 const MAX_ATTEMPTS = 5;
 
 export interface NotificationPage {
@@ -59,6 +60,7 @@ export class NotificationsService implements OnModuleDestroy {
   private readonly logger = new Logger('sse');
   /** Open live streams: ended at shutdown, since the HTTP server waits for open connections. */
   private readonly streams = new Set<SseClient<NotificationsWatch>>();
+  private readonly seenWrites = new KeyedSerializer();
 
   constructor(
     private readonly surface: SurfaceService,
@@ -102,6 +104,16 @@ export class NotificationsService implements OnModuleDestroy {
     const { position } = validateBody(SeenBody, raw);
     await headAtLeast(this.log, 'position', position);
     const stream = seenStream(caller);
+    // One user's calls move their cursor one at a time here: racing, all but one re-read and
+    // retried, and a burst of thirty outran the retries. Only another replica's calls race.
+    return this.seenWrites.run(stream, () => this.moveSeen(caller, stream, position));
+  }
+
+  private async moveSeen(
+    caller: ClientCaller,
+    stream: string,
+    position: number,
+  ): Promise<{ seen: number }> {
     for (let attempt = 1; ; attempt += 1) {
       const last = await this.lastSeen(caller);
       const current = seenOf(last);
