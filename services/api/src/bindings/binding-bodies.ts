@@ -1,6 +1,6 @@
 /** The binding bodies, strict like every command body. */
 import { IsString, Matches, MaxLength, ValidateIf } from 'class-validator';
-import { PATH_ID_PATTERN, NotBlank } from '@runledger/domain';
+import { PATH_ID_PATTERN, NotBlank, WellFormed } from '@runledger/domain';
 
 /** A channel's name: `telegram`, `slack`, `whatsapp`… */
 export const CHANNEL_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -14,11 +14,13 @@ export class ChannelKeyBody {
 
   @IsString()
   @NotBlank()
+  @WellFormed()
   @MaxLength(CHANNEL_FIELD_MAX)
   account!: string;
 
   @IsString()
   @NotBlank()
+  @WellFormed()
   @MaxLength(CHANNEL_FIELD_MAX)
   chat!: string;
 
@@ -26,6 +28,7 @@ export class ChannelKeyBody {
   @ValidateIf((_body, value) => value !== undefined)
   @IsString()
   @NotBlank()
+  @WellFormed()
   @MaxLength(CHANNEL_FIELD_MAX)
   topic?: string;
 }

@@ -1,6 +1,7 @@
 import { Body, Controller, Get, Put, Query, Req, Res } from '@nestjs/common';
 import { ApiOperation, ApiResponse, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { maxLength } from 'class-validator';
 import { RequireScope } from '../auth/access.decorators';
 import { ApiError } from '../http/api-error';
 import { clientCaller } from '../http/caller';
@@ -20,7 +21,8 @@ function filter(
   if (
     typeof raw !== 'string' ||
     raw === '' ||
-    raw.length > CHANNEL_FIELD_MAX ||
+    // Counted as the body's MaxLength counts: a surrogate pair is one character.
+    !maxLength(raw, CHANNEL_FIELD_MAX) ||
     (pattern !== null && !pattern.test(raw))
   ) {
     const rule = `${name} must be 1 to ${CHANNEL_FIELD_MAX} characters${pattern ? ` matching ${pattern.source}` : ''}`;

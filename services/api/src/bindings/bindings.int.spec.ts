@@ -99,6 +99,10 @@ describe('PUT /v1/bindings', () => {
       [{ ...key, account: 7 }, 'account'],
       [{ ...key, extra: true }, 'extra'],
       [{ ...key, threadId: '../x' }, 'threadId'],
+      // Half a character: a store turns it into U+FFFD, and two chats into one.
+      [{ ...key, chat: '\ud800' }, 'chat'],
+      [{ ...key, account: 'a\udfff' }, 'account'],
+      [{ ...key, topic: '\udbff' }, 'topic'],
     ];
     for (const [body, field] of bad) {
       const res = await bind(body);
@@ -111,6 +115,21 @@ describe('PUT /v1/bindings', () => {
     expect(head.status).toBe(201);
     const listed = await list(`?account=${key.account}&minPosition=${head.body.position}`);
     expect(listed.body.bindings).toHaveLength(1);
+  });
+
+  it('lists by any account it binds: 256 characters, however many of them are pairs', async () => {
+    const key = { ...conversation(), account: '😀'.repeat(255) + randomUUID().slice(0, 1) };
+    const bound = await bind(key);
+    expect(bound.status).toBe(201);
+    const listed = await list(
+      `?account=${encodeURIComponent(key.account)}&minPosition=${bound.body.position}`,
+    );
+    expect(listed.status).toBe(200);
+    expect(listed.body.bindings.map((b: { bindingId: string }) => b.bindingId)).toEqual([
+      bound.body.bindingId,
+    ]);
+    const over = await list(`?account=${encodeURIComponent('😀'.repeat(257))}`);
+    expect(over.status).toBe(400);
   });
 
   it('keeps tenants apart: the same conversation is another thread, and never listed to the other', async () => {
