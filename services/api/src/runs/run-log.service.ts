@@ -47,6 +47,7 @@ import {
   type RecordedEvent,
 } from '@runledger/event-store';
 import { Metrics } from '@runledger/observability';
+import type { Actor } from '../auth/principal';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
 import { parseAppendRequest } from './append-request';
@@ -137,7 +138,12 @@ export class RunLogService {
     private readonly metrics: Metrics,
   ) {}
 
-  async append(tenantId: string, runId: string, body: unknown): Promise<AppendResponse> {
+  async append(
+    tenantId: string,
+    runId: string,
+    body: unknown,
+    actor?: Actor,
+  ): Promise<AppendResponse> {
     assertRunId(runId);
     const request = parseAppendRequest(body, this.config.maxEventsPerAppend);
     if (!request.ok)
@@ -181,6 +187,16 @@ export class RunLogService {
       );
     }
     const events = validated.map((v) => (v as { ok: true; value: ValidEvent }).value);
+    const impersonations = actor?.kind === 'user' ? othersNamed(events, actor.name) : [];
+    if (impersonations.length > 0) {
+      this.countRejected(validated, 'forbidden');
+      throw new ApiError(
+        403,
+        'forbidden',
+        `metadata.user may only name the user this call acts as (${actor!.name}): a client cannot choose who it is; nothing was written`,
+        impersonations,
+      );
+    }
     // Time-ordered ids keep inserts into the id index local (random v4 ids scatter them).
     const withIds = events.map((e) => ({ ...e, id: e.id ?? uuidv7() }));
     const clientIds = events.some((e) => e.id !== undefined);
@@ -786,4 +802,24 @@ function reducedFrom(data: unknown): number | null {
   return isPlainObject(stamp) && typeof stamp.originalByteLength === 'number'
     ? stamp.originalByteLength
     : null;
+}
+
+/**
+ * Events whose `metadata.user` names someone other than `user`, the one the call acts as: the
+ * thread would be that person's (notifications, "what needs me") on another's word.
+ */
+function othersNamed(events: readonly ValidEvent[], user: string): Problem[] {
+  return events.flatMap((event, index) => {
+    const named = event.metadata?.user;
+    return named === undefined || named === user
+      ? []
+      : [
+          {
+            index,
+            field: 'metadata.user',
+            rule: 'actingUser',
+            message: `metadata.user must be absent or ${user}, the user this call acts as`,
+          },
+        ];
+  });
 }

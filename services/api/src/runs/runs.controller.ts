@@ -11,8 +11,8 @@ import {
   StreamableFile,
 } from '@nestjs/common';
 import { ApiOperation, ApiTags } from '@nestjs/swagger';
-import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
-import type { Principal } from '../auth/principal';
+import { CurrentActor, CurrentPrincipal, RequireScope } from '../auth/access.decorators';
+import type { Actor, Principal } from '../auth/principal';
 import { ApiError } from '../http/api-error';
 import { costlyIfUserStartsTurn, RateLimited } from '../limits/rate-limit.decorators';
 import { RunLogService } from './run-log.service';
@@ -60,10 +60,11 @@ export class RunsController {
   })
   append(
     @CurrentPrincipal() principal: Principal,
+    @CurrentActor() actor: Actor,
     @Param('runId') runId: string,
     @Body() body: unknown,
   ) {
-    return this.runLog.append(principal.tenantId, runId, body);
+    return this.runLog.append(principal.tenantId, runId, body, actor);
   }
 
   @Get('events')

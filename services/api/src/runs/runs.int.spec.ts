@@ -636,6 +636,38 @@ describe('access', () => {
     );
   });
 
+  it('refuses metadata.user naming someone other than the user the caller acts as, writing nothing', async () => {
+    const asBob = { ...started(), metadata: { user: 'Bob' } };
+    // A key that is Ana's, and a gateway acting as Ana, may not record Bob as the thread's user.
+    for (const [key, user] of [
+      [KEYS.anaA, undefined],
+      [KEYS.gatewayA, 'Ana'],
+    ] as const) {
+      const id = newRunId();
+      const res = await t
+        .http()
+        .post(`/v1/runs/${id}/events`)
+        .set({ ...t.auth(key), ...(user ? { 'X-Runledger-User': user } : {}) })
+        .send({ events: [asBob] });
+      expect(res.status).toBe(403);
+      expect(res.body).toMatchObject({
+        error: 'forbidden',
+        details: [{ index: 0, field: 'metadata.user', rule: 'actingUser' }],
+      });
+      expect(await recorded(id)).toEqual([]);
+    }
+    // Ana naming herself is recorded; a runtime acting as itself starts a run for anyone.
+    const own = newRunId();
+    const ana = await append(
+      own,
+      { events: [{ ...started(), metadata: { user: 'Ana' } }] },
+      KEYS.anaA,
+    );
+    expect(ana.status).toBe(201);
+    const forBob = await append(newRunId(), { events: [asBob] });
+    expect(forBob.status).toBe(201);
+  });
+
   it('refuses run ids outside the allowed alphabet', async () => {
     const res = await append('..%2F..%2Fetc', { events: [started()] });
     expect(res.status).toBe(400);
