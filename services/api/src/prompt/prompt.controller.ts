@@ -30,7 +30,7 @@ export class PromptController {
   @ApiRoute({
     body: PromptRequest,
     ok: { status: 201, description: 'The turn started', type: PromptAnswer },
-    errors: [400, 403, 404, 409, 414, 429],
+    errors: [400, 403, 404, 409, 414, 429, 503],
   })
   prompt(
     @Req() request: FastifyRequest,
