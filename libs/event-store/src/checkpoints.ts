@@ -32,4 +32,18 @@ export class Checkpoints {
   save(name: string, position: number): void {
     this.upsert.run(name, position);
   }
+
+  /**
+   * A checkpoint kept under `shared` before each destination (a topic) had its own: the first
+   * `name` that asks takes it over, when it has none yet, and `shared` is spent, so a name
+   * asking later starts from nothing. True when `name` took it. Call inside a transaction.
+   */
+  takeOver(shared: string, name: string): boolean {
+    const position = this.get(shared);
+    if (position === 0) return false;
+    const taken = this.get(name) === 0;
+    if (taken) this.save(name, position);
+    this.save(shared, 0);
+    return taken;
+  }
 }

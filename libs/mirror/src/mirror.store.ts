@@ -278,13 +278,9 @@ function tenantUnstampedRows(db: Db): void {
  * starts from the log's start.
  */
 function adoptShared(db: Db, checkpoints: Checkpoints, name: string, topic: string): void {
-  const shared = checkpoints.get(SHARED_CHECKPOINT);
-  if (shared === 0) return;
   db.transaction(() => {
-    if (checkpoints.get(name) === 0) {
-      checkpoints.save(name, shared);
+    if (checkpoints.takeOver(SHARED_CHECKPOINT, name)) {
       db.prepare("UPDATE parked SET topic = ? WHERE topic = ''").run(topic);
     }
-    checkpoints.save(SHARED_CHECKPOINT, 0);
   })();
 }

@@ -55,7 +55,7 @@ export class NotificationKafka implements OnApplicationBootstrap, OnModuleDestro
           });
         },
       },
-      { retryMaxMs },
+      { topic: notificationsTopic, retryMaxMs },
     );
     this.stopListening = this.surface.onCommit(() => this.publisher?.poke());
     this.publisher.start();

@@ -67,7 +67,10 @@ it('publishes every item in order with its kind as a header, retrying a failing 
 
   const sink = new ScriptedSink();
   sink.failures.push(new Error('broker unreachable'), new Error('broker unreachable'));
-  const publisher = new NotificationPublisher(surface.store, sink, quiet, { retryInitialMs: 5 });
+  const publisher = new NotificationPublisher(surface.store, sink, quiet, {
+    topic: 'notifications',
+    retryInitialMs: 5,
+  });
   publisher.start();
   await until(() => publisher.current() === done.body.position);
   await publisher.stop();
@@ -90,10 +93,35 @@ it('publishes every item in order with its kind as a header, retrying a failing 
   expect(positions).toEqual([...positions].sort((a, b) => a - b));
 
   const again = new ScriptedSink();
-  const resumed = new NotificationPublisher(surface.store, again, quiet);
+  const resumed = new NotificationPublisher(surface.store, again, quiet, {
+    topic: 'notifications',
+  });
   resumed.start();
   resumed.poke();
   await new Promise((resolve) => setTimeout(resolve, 50));
   await resumed.stop();
   expect(again.acknowledged).toEqual([]);
+});
+
+it('keeps how far it published per topic: a new topic gets every item, the first goes on where it stood', async () => {
+  const threadId = `t-${randomUUID()}`;
+  const runId = `run-${randomUUID()}`;
+  const post = (events: object[]) =>
+    t.http().post(`/v1/runs/${runId}/events`).set(t.auth()).send({ events });
+  await post([{ type: 'run.started', data: { threadId, agent: 'a', source: 'api' } }]);
+  const done = await post([{ type: 'run.finished', data: { status: 'completed' } }]);
+  const surface = t.app.get(SurfaceService);
+  await surface.waitFor(done.body.position as number);
+  const publishTo = async (topic: string): Promise<MirrorMessage[]> => {
+    const sink = new ScriptedSink();
+    const publisher = new NotificationPublisher(surface.store, sink, quiet, { topic });
+    publisher.start();
+    await until(() => publisher.current() === done.body.position);
+    await publisher.stop();
+    return sink.acknowledged;
+  };
+  const first = await publishTo(`first-${randomUUID()}`);
+  expect(first.some((m) => m.key === `tenant-a:${threadId}`)).toBe(true);
+  const other = await publishTo(`other-${randomUUID()}`);
+  expect(other.map((m) => m.position)).toEqual(first.map((m) => m.position));
 });

@@ -17,6 +17,8 @@ export interface PublisherObserver {
 }
 
 export interface PublisherOptions {
+  /** KAFKA_NOTIFICATIONS_TOPIC: how far it was published is kept per topic. */
+  topic: string;
   batchSize?: number;
   retryInitialMs?: number;
   retryMaxMs?: number;
@@ -48,17 +50,19 @@ export class NotificationPublisher {
   private readonly batchSize: number;
   private readonly retryInitialMs: number;
   private readonly retryMaxMs: number;
+  private readonly topic: string;
 
   constructor(
     private readonly store: SurfaceStore,
     private readonly sink: EventSink,
     private readonly observer: PublisherObserver,
-    options: PublisherOptions = {},
+    options: PublisherOptions,
   ) {
+    this.topic = options.topic;
     this.batchSize = options.batchSize ?? 200;
     this.retryInitialMs = options.retryInitialMs ?? 100;
     this.retryMaxMs = options.retryMaxMs ?? 5000;
-    this.position = store.published();
+    this.position = store.published(this.topic);
   }
 
   /** Position of the last item the broker acknowledged. */
@@ -100,7 +104,7 @@ export class NotificationPublisher {
         await this.sink.publish(
           batch.map(({ tenantId, item }) => notificationMessage(tenantId, item)),
         );
-        this.store.savePublished(last);
+        this.store.savePublished(this.topic, last);
         this.position = last;
         attempt = 0;
         this.observer.published(batch.length, last);

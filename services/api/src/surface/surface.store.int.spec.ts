@@ -70,7 +70,7 @@ it('drops what an earlier version folded, to be refolded from the log, keeping h
     bindings: [],
     position: 5,
   });
-  first.savePublished(5);
+  first.savePublished('notifications', 5);
   first.close();
   const raw = new Database(file);
   raw.pragma('user_version = 0');
@@ -79,8 +79,27 @@ it('drops what an earlier version folded, to be refolded from the log, keeping h
   try {
     expect(reopened.isEmpty()).toBe(true);
     expect(reopened.notifications('a', { after: 0, limit: 10 })).toEqual([]);
-    expect(reopened.published()).toBe(5);
+    expect(reopened.published('notifications')).toBe(5);
   } finally {
     reopened.close();
+  }
+});
+
+it('keeps how far Kafka was sent per topic; a file from before gives its one position to the first topic', () => {
+  const file = join(dir, 'published.db');
+  new SurfaceStore(file).close();
+  const raw = new Database(file);
+  raw
+    .prepare("INSERT INTO checkpoints (name, position) VALUES ('notifications-published', 9)")
+    .run();
+  raw.close();
+  const store = new SurfaceStore(file);
+  try {
+    expect(store.published('first')).toBe(9);
+    expect(store.published('second')).toBe(0);
+    store.savePublished('second', 4);
+    expect([store.published('first'), store.published('second')]).toEqual([9, 4]);
+  } finally {
+    store.close();
   }
 });

@@ -61,8 +61,13 @@ export const SURFACE_CHECKPOINT = 'client-surface';
 const REBUILD_TARGET = 'client-surface-rebuild-target';
 /** A user in at most this many threads has their notifications read from those threads. */
 const FEW_THREADS = 1000;
-/** How far the notifications were published to Kafka (notification-publisher.ts). */
-export const PUBLISHED_CHECKPOINT = 'notifications-published';
+/** How far the notifications were published to Kafka, before each topic had its own. */
+const PUBLISHED_CHECKPOINT = 'notifications-published';
+
+/** How far the notifications were published to one Kafka topic (notification-publisher.ts). */
+function publishedCheckpoint(topic: string): string {
+  return `${PUBLISHED_CHECKPOINT}:${topic}`;
+}
 
 /** A binding as `GET /v1/bindings` lists it. */
 export interface BindingView extends ChannelBound {
@@ -238,12 +243,19 @@ export class SurfaceStore {
     }));
   }
 
-  published(): number {
-    return this.checkpoints.get(PUBLISHED_CHECKPOINT);
+  /**
+   * How far the notifications were published to `topic`: a topic new to this file starts from
+   * the first item. The one position a file kept before each topic had its own is taken over
+   * by the first topic that asks.
+   */
+  published(topic: string): number {
+    const name = publishedCheckpoint(topic);
+    this.db.transaction(() => this.checkpoints.takeOver(PUBLISHED_CHECKPOINT, name))();
+    return this.checkpoints.get(name);
   }
 
-  savePublished(position: number): void {
-    this.checkpoints.save(PUBLISHED_CHECKPOINT, position);
+  savePublished(topic: string, position: number): void {
+    this.checkpoints.save(publishedCheckpoint(topic), position);
   }
 
   notificationThread(tenantId: string, threadId: string): NotificationThread | null {
