@@ -18,7 +18,7 @@ export interface RestartableFollower {
 }
 
 export class FollowerRestarts {
-  /** The error it stopped on, until it follows the log again; null while healthy. */
+  /** The error it stopped on, until it is started again; null while healthy. */
   failure: unknown = null;
   private timer: NodeJS.Timeout | null = null;
   private inMs = RESTART_FIRST_MS;
@@ -70,11 +70,12 @@ export class FollowerRestarts {
     if (this.closed) return;
     const failure = this.failure;
     await this.follower.start();
-    // Following again, with nothing new to fold there is no commit to say so.
+    // Started: whether it passes what stopped it shows next (a commit, its lag, or the same
+    // failure again), so this says only that it tries, and readiness judges it as any follower.
     if (this.failure === failure) {
       this.failure = null;
       this.logger.log({
-        msg: `the ${this.name} follows the log again`,
+        msg: `the ${this.name} starts again from its checkpoint`,
         position: this.follower.current(),
       });
     }
