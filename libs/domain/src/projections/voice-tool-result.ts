@@ -36,7 +36,7 @@ export interface VoiceToolResultOptions {
 /**
  * The thread's tool call `toolCallId` (the latest one with that id, unless `runId` names
  * the run) as text, or null when the thread has no such call:
- * - output-available: a string output as it is, any other output as indented JSON;
+ * - output-available: a string output as it is, any other output as JSON (indented when small);
  * - output-error: its errorText;
  * - output-denied: that it was denied, with the reason when there is one;
  * - not finished yet (input-available, approval-requested, approval-responded): '' (the
@@ -91,7 +91,7 @@ function resultText(part: ToolPart): string {
   switch (part.state) {
     case 'output-available':
       if (typeof part.output === 'string') return part.output;
-      return JSON.stringify(part.output === undefined ? null : part.output, null, 2);
+      return outputText(part.output === undefined ? null : part.output);
     case 'output-error':
       return part.errorText ?? '';
     case 'output-denied':
@@ -101,6 +101,18 @@ function resultText(part: ToolPart): string {
     default:
       return '';
   }
+}
+
+/**
+ * Outputs up to this many characters of JSON are indented for reading. Indentation grows with
+ * depth: 960 KB nested 60 deep became 60 MB, built whole for each read of it.
+ */
+const INDENTED_MAX_CHARS = 64 * 1024;
+
+/** A structured output as text: indented when small, compact otherwise (at most its own size). */
+function outputText(output: unknown): string {
+  const compact = JSON.stringify(output);
+  return compact.length > INDENTED_MAX_CHARS ? compact : JSON.stringify(output, null, 2);
 }
 
 /** Newest first: a query, not a fold, so a scan from the end is the cheapest. */

@@ -153,6 +153,16 @@ describe('toolResultForVoice', () => {
     });
   });
 
+  it('indents a small output, and writes a deeply nested large one compactly: never many times its size', () => {
+    let nested: unknown = Array.from({ length: 100_000 }, () => 0);
+    for (let depth = 0; depth < 60; depth += 1) nested = [nested];
+    const compact = JSON.stringify(nested);
+    const large = toolResultForVoice(finishedWith(nested), 'tc1', { maxChars: 100 });
+    expect(large?.totalChars).toBe(compact.length);
+    const small = toolResultForVoice(finishedWith({ a: 1 }), 'tc1');
+    expect(small?.text).toBe('{\n  "a": 1\n}');
+  });
+
   it('starts an offset that falls inside a surrogate pair at the pair, never on half a character', () => {
     const state = finishedWith('ab😀cd');
     expect(toolResultForVoice(state, 'tc1', { offset: 3 })).toMatchObject({
