@@ -349,21 +349,20 @@ export class RunLogService {
     clock: SliceClock,
     storeAnswer: AppendResult | EventIdConflictError,
   ): Promise<RecordedBatch | { differs: string }> {
-    const stored = await this.store.readByIds(
-      stream,
-      gated.map((g) => g.event.id),
-    );
-    const found = new Set(stored.map((e) => e.id));
-    if (stored.length !== gated.length || found.size !== stored.length) {
-      return { differs: gated.find((g) => !found.has(g.event.id))?.event.id ?? gated[0].event.id };
-    }
+    const ids = gated.map((g) => g.event.id);
+    const repeated = ids.find((id, i) => ids.indexOf(id) !== i);
+    if (repeated !== undefined) return { differs: repeated };
     const digest = (data: unknown) => runInSlices(canonicalDigestSteps(data), clock);
     // The store answered the retry, comparing type and data: what neither side reduced is the same.
     const storeCompared = !(storeAnswer instanceof EventIdConflictError);
-    for (const [i, recorded] of stored.entries()) {
-      const { event, truncated } = gated[i];
+    const stored: RecordedEvent[] = [];
+    // One event at a time, stopping at the first that differs: a conflict over megabyte events
+    // reads one of them, not every one the batch names.
+    for (const { event, truncated } of gated) {
       const differs = { differs: event.id };
-      if (recorded.type !== event.type) return differs;
+      const [recorded] = await this.store.readByIds(stream, [event.id]);
+      if (recorded === undefined || recorded.type !== event.type) return differs;
+      stored.push(recorded);
       if (storeCompared && !truncated && reducedFrom(recorded.data) === null) continue;
       const sent = truncated ? event.metadata?.[ORIGINAL_DIGEST] : await digest(event.data);
       const kept = recorded.metadata[ORIGINAL_DIGEST];

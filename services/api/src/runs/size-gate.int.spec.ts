@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { createHash, randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import { canonicalJson } from '@runledger/domain';
+import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 
 const EVENT_MAX_BYTES = 16_384;
@@ -372,6 +373,35 @@ describe('other oversize events', () => {
     expect(retry.status).toBe(413);
     expect(retry.body).toMatchObject({ dispatch: 'refused', recorded: first.body.recorded });
     expect(await recorded(runId)).toHaveLength(2);
+  });
+
+  it('answer a conflict over a large recorded event without reading it once per id sent', async () => {
+    const runId = await newRun();
+    const id = randomUUID();
+    const big = await append(runId, {
+      events: [
+        {
+          id,
+          type: 'tool.finished',
+          data: { toolCallId: 'c1', failed: false, output: 'o'.repeat(12_000) },
+        },
+      ],
+    });
+    expect(big.status).toBe(201);
+    const store = t.app.get(EVENT_STORE) as EventStore;
+    const reads = jest.spyOn(store, 'readByIds');
+    try {
+      const same = { id, type: 'message.added', data: { messageId: 'm', role: 'user', text: 'x' } };
+      const twice = await append(runId, { events: Array.from({ length: 50 }, () => same) });
+      expect(twice.status).toBe(409);
+      expect(twice.body.message).toMatch(/appears twice in the batch/);
+      const other = await append(runId, { events: [same] });
+      expect(other.status).toBe(409);
+      const idsRead = reads.mock.calls.reduce((sum, [, ids]) => sum + ids.length, 0);
+      expect(idsRead).toBeLessThanOrEqual(1);
+    } finally {
+      reads.mockRestore();
+    }
   });
 
   it('refuse a truncation stamp a client sent, 400 naming it; nothing is written', async () => {
