@@ -675,9 +675,12 @@ export interface components {
             runId: string;
             toolCallId: string;
             toolName: string;
-            input: ({
+            /** @description The input asked about; absent when over 4,096 characters of JSON, or past the first 16 pending inputs (the tool part has it) */
+            input?: ({
                 [key: string]: unknown;
             } | unknown[] | string | number | boolean) | null;
+            /** @description The input's size as JSON, when `input` is absent */
+            inputChars?: number;
             question?: string;
             options?: string[];
             /** Format: date-time */

@@ -56,7 +56,7 @@ import type {
  * Bumped when the tables change shape or the fold writes them differently: an older file is
  * dropped and rebuilt from the log.
  */
-const SCHEMA_VERSION = 13;
+const SCHEMA_VERSION = 14;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (

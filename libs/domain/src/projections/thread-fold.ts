@@ -467,6 +467,28 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
   }
 }
 
+/**
+ * A pending approval keeps its input in the thread's header only while it is small (this many
+ * characters of JSON) and among the first MAX_PENDING_INPUTS that do: the header is read and
+ * written with every event of the thread, and 70 approvals of 900 KB inputs took the projector
+ * past its heap. The tool part asking for the approval keeps the whole input.
+ */
+export const PENDING_INPUT_MAX_CHARS = 4096;
+export const MAX_PENDING_INPUTS = 16;
+
+/** `{ input }` when the header keeps it, else `{ inputChars }`, its size as JSON. */
+function pendingInput(
+  state: Pick<ThreadHeader, 'pendingApprovals'>,
+  input: unknown,
+  replacing: number,
+): Pick<PendingApproval, 'input' | 'inputChars'> {
+  const chars = JSON.stringify(input).length;
+  const kept = state.pendingApprovals.filter((p, i) => i !== replacing && 'input' in p).length;
+  return chars <= PENDING_INPUT_MAX_CHARS && kept < MAX_PENDING_INPUTS
+    ? { input }
+    : { inputChars: chars };
+}
+
 /** `{}`, what a finish that came alone records. */
 function isEmptyInput(input: unknown): boolean {
   return isPlainObject(input) && Object.keys(input).length === 0;
@@ -582,22 +604,22 @@ function approvalRequested(fold: Fold, data: EventDataByType['approval.requested
   }
   rows.linkApproval(runId, data.approvalId, data.toolCallId);
   if (closeIfRunOver(fold, run)) return;
-  const pending: PendingApproval = {
-    approvalId: data.approvalId,
-    runId,
-    toolCallId: data.toolCallId,
-    toolName: data.toolName,
-    input,
-    ...(data.question === undefined ? {} : { question: data.question }),
-    ...(data.options === undefined ? {} : { options: data.options }),
-    requestedAt: event.recordedAt,
-  };
   // Asked again, a call waits on its newest request only: the older one is superseded.
   dropPendingApproval(state, runId, data.toolCallId);
   // An approval id is its run's: another run of the thread may use the same one.
   const at = state.pendingApprovals.findIndex(
     (p) => p.runId === runId && p.approvalId === data.approvalId,
   );
+  const pending: PendingApproval = {
+    approvalId: data.approvalId,
+    runId,
+    toolCallId: data.toolCallId,
+    toolName: data.toolName,
+    ...pendingInput(state, input, at),
+    ...(data.question === undefined ? {} : { question: data.question }),
+    ...(data.options === undefined ? {} : { options: data.options }),
+    requestedAt: event.recordedAt,
+  };
   if (at === -1) state.pendingApprovals.push(pending);
   else state.pendingApprovals[at] = pending;
 }

@@ -23,6 +23,8 @@ import {
   evolveThread,
   FINISHED_RUNS_KEPT,
   MAX_PARTS_PER_MESSAGE,
+  MAX_PENDING_INPUTS,
+  PENDING_INPUT_MAX_CHARS,
   THREAD_EVENT_HANDLING,
   threadKey,
   threadOf,
@@ -1338,6 +1340,26 @@ describe('edges of the fold', () => {
     const before = toolPart(given(...history).when(), 'tc1');
     const state = given(...history).when(log.approvalRequested('r1', 'ap1', 'tc1'));
     expect(toolPart(state, 'tc1')).toEqual(before);
+  });
+
+  it('keeps a large input out of the pending approvals, and any input past the first few: the header stays small', () => {
+    const history = [log.runStarted('r1')];
+    const big = { blob: 'x'.repeat(PENDING_INPUT_MAX_CHARS) };
+    const state = given(...history).when(
+      log.approvalRequested('r1', 'ap-big', 'tc-big', 'deploy', big),
+      ...Array.from({ length: MAX_PENDING_INPUTS + 2 }, (_, i) =>
+        log.approvalRequested('r1', `ap${i}`, `tc${i}`, 'deploy', { n: i }),
+      ),
+    );
+    const [large, ...small] = state.pendingApprovals;
+    expect(large).not.toHaveProperty('input');
+    expect(large.inputChars).toBe(JSON.stringify(big).length);
+    expect(small.slice(0, MAX_PENDING_INPUTS).map((p) => p.input)).toEqual(
+      Array.from({ length: MAX_PENDING_INPUTS }, (_, i) => ({ n: i })),
+    );
+    expect(small.slice(MAX_PENDING_INPUTS).every((p) => !('input' in p))).toBe(true);
+    // The part a person decides on keeps the whole input.
+    expect(toolPart(state, 'tc-big').input).toEqual(big);
   });
 
   it('keeps one pending approval per id, as last asked, with its options, and no question when none', () => {

@@ -78,7 +78,10 @@ export interface PendingApproval {
   runId: string;
   toolCallId: string;
   toolName: string;
-  input: unknown;
+  /** Absent when too large to keep here (see PENDING_INPUT_MAX_CHARS): the tool part has it. */
+  input?: unknown;
+  /** Its input's size as JSON, when the input is not kept here. */
+  inputChars?: number;
   question?: string;
   options?: string[];
   requestedAt: string;

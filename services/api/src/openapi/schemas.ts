@@ -214,7 +214,14 @@ class PendingApproval {
   @ApiProperty() runId!: string;
   @ApiProperty() toolCallId!: string;
   @ApiProperty() toolName!: string;
-  @ApiProperty(ANY_JSON) input!: unknown;
+  @ApiPropertyOptional({
+    ...ANY_JSON,
+    description:
+      'The input asked about; absent when over 4,096 characters of JSON, or past the first 16 pending inputs (the tool part has it)',
+  })
+  input?: unknown;
+  @ApiPropertyOptional({ description: "The input's size as JSON, when `input` is absent" })
+  inputChars?: number;
   @ApiPropertyOptional() question?: string;
   @ApiPropertyOptional({ type: [String] }) options?: string[];
   @ApiProperty({ format: 'date-time' }) requestedAt!: string;
