@@ -346,14 +346,20 @@ export class CheckpointedProcessor {
     this.batch = [];
     this.batchBytes = 0;
     this.lastFlushAt = Date.now();
+    return this.enqueue(() => this.handleBatch(batch));
+  }
+
+  /**
+   * Runs `task` behind the batches queued or being handled, counted among them while it waits
+   * (back-pressure); resolves once it has run.
+   */
+  private enqueue(task: () => Promise<void>): Promise<void> {
     this.pending += 1;
-    this.handling = this.handling
-      .then(() => this.handleBatch(batch))
-      .finally(() => {
-        this.pending -= 1;
-        this.wakeReader?.();
-        this.wakeReader = null;
-      });
+    this.handling = this.handling.then(task).finally(() => {
+      this.pending -= 1;
+      this.wakeReader?.();
+      this.wakeReader = null;
+    });
     return this.handling;
   }
 
@@ -371,26 +377,18 @@ export class CheckpointedProcessor {
     void this.flush();
     const stopping = this.stopping.signal;
     let outcome: unknown = error;
-    this.pending += 1;
-    this.handling = this.handling
-      .then(async () => {
-        if (this.failure !== null) return;
-        try {
-          await handler.unreadable!(error, stopping);
-        } catch (failure) {
-          outcome = failure;
-          return;
-        }
-        outcome = null;
-        this.gate.moveTo(position);
-        this.observer.committed(0, position, recordedAt);
-      })
-      .finally(() => {
-        this.pending -= 1;
-        this.wakeReader?.();
-        this.wakeReader = null;
-      });
-    await this.handling;
+    await this.enqueue(async () => {
+      if (this.failure !== null) return;
+      try {
+        await handler.unreadable!(error, stopping);
+      } catch (failure) {
+        outcome = failure;
+        return;
+      }
+      outcome = null;
+      this.gate.moveTo(position);
+      this.observer.committed(0, position, recordedAt);
+    });
     if (outcome === null) this.taken = position;
     return outcome;
   }
