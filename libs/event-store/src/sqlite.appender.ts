@@ -50,6 +50,8 @@ export type SqliteSynchronous = 'FULL' | 'NORMAL';
 export interface WriterData {
   file: string;
   synchronous: SqliteSynchronous;
+  /** Most appends the thread takes into one commit, however many groups they came in. */
+  maxGroupSize: number;
 }
 
 /**
@@ -99,8 +101,10 @@ export function fromWire(request: WireRequest): AppendRequest {
 
 export type ToWriter = { type: 'group'; requests: WireRequest[] } | { type: 'close' };
 
+/** One commit's answer: for each group it took, in the order they were sent. */
 export type FromWriter =
-  { type: 'outcomes'; outcomes: AppendOutcome[] } | { type: 'commit-failed'; message: string };
+  | { type: 'outcomes'; outcomes: AppendOutcome[][] }
+  | { type: 'commit-failed'; message: string; groups: number };
 
 export function refusalError(refusal: Refusal): Error {
   return refusal.kind === 'wrong_expected_revision'

@@ -258,6 +258,78 @@ describe('SQLite with a writer thread', () => {
     }
   }, 60_000);
 
+  /** Another connection holds the log's write lock: the writer's next commit waits on it. */
+  function holdWriteLock(file: string): Database.Database {
+    const lock = new Database(file, { timeout: 0 });
+    lock.exec('BEGIN IMMEDIATE');
+    return lock;
+  }
+  /** Long enough for the appends made before it to reach the writer as a group of their own. */
+  const pause = (ms = 50) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+  it('answers each group sent while a commit waits with its own outcomes, once the commit ends', async () => {
+    const file = join(dir, 'queued.db');
+    const store = new SqliteEventStore({ file, writer: 'thread', maxGroupSize: 7 });
+    const stream = runStream('acme', 'queued');
+    await store.append(stream, [event(0)]);
+    const lock = holdWriteLock(file);
+    try {
+      const first = store.append(stream, [event(1)]);
+      await pause(200);
+      // Three more groups reach the writer while it waits on the lock, one refused.
+      const second = [store.append(stream, [event(2)]), store.append(stream, [event(3)])];
+      await pause();
+      const refused = store.append(stream, [event(99)], { expectedRevision: 1 }).catch((e) => e);
+      const third = store.append(stream, [event(4)], { expectedRevision: 'any' });
+      await pause();
+      const fourth = Array.from({ length: 9 }, (_, n) => store.append(stream, [event(5 + n)]));
+      await pause();
+      lock.exec('ROLLBACK');
+      const answered = await Promise.all([first, ...second, third, ...fourth]);
+      expect(answered.map((result) => result.firstRevision)).toEqual(
+        Array.from({ length: 13 }, (_, n) => n + 1),
+      );
+      expect(await refused).toMatchObject({ name: 'WrongExpectedRevisionError', actual: 3 });
+      expect((await store.readStream(stream)).map((e) => e.data)).toEqual(
+        Array.from({ length: 14 }, (_, n) => ({ n })),
+      );
+    } finally {
+      if (lock.inTransaction) lock.exec('ROLLBACK');
+      lock.close();
+      await store.close();
+    }
+  }, 60_000);
+
+  it('fails every group a failed commit took, and only those: the next commit writes', async () => {
+    const file = join(dir, 'busy.db');
+    const store = new SqliteEventStore({ file, writer: 'thread' });
+    const stream = runStream('acme', 'busy');
+    await store.append(stream, [event(0)]);
+    const lock = holdWriteLock(file);
+    try {
+      // The first commit waits out the writer's busy timeout (5 s) and fails; the two groups
+      // sent meanwhile are taken into the next one, which fails the same way.
+      const failed = [];
+      for (let n = 1; n <= 3; n += 1) {
+        failed.push(store.append(stream, [event(n)]).catch((e: unknown) => e));
+        await pause(n === 1 ? 200 : 50);
+      }
+      for (const error of await Promise.all(failed)) {
+        expect(error).toBeInstanceOf(StoreUnavailableError);
+        expect(String(error)).toMatch(/SQLite commit failed: .*database is locked/);
+      }
+      await expect(store.ping()).rejects.toThrow(/commit failed/);
+      lock.exec('ROLLBACK');
+      await expect(store.append(stream, [event(4)])).resolves.toMatchObject({ firstRevision: 1 });
+      await expect(store.ping()).resolves.toBeUndefined();
+      expect((await store.readStream(stream)).map((e) => e.data)).toEqual([{ n: 0 }, { n: 4 }]);
+    } finally {
+      if (lock.inTransaction) lock.exec('ROLLBACK');
+      lock.close();
+      await store.close();
+    }
+  }, 60_000);
+
   it('answers a retried batch with its originals and a changed one with a conflict, as inline', async () => {
     const store = new SqliteEventStore({ file: join(dir, 'idempotent.db'), writer: 'thread' });
     try {

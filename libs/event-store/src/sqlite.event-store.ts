@@ -93,7 +93,8 @@ interface PendingAppend {
 /** The writer thread and the group it is writing. */
 interface WriterThread {
   worker: Worker;
-  inFlight: PendingAppend[] | null;
+  /** Groups sent to the thread and not yet answered, oldest first. */
+  inFlight: PendingAppend[][];
   /** Why it can write no more (it exited, or failed to start); appends are then refused. */
   failure: StoreUnavailableError | null;
   exited: Promise<void>;
@@ -193,6 +194,7 @@ export class SqliteEventStore implements EventStore {
       this.writer = this.startWriter({
         file: options.file,
         synchronous: options.synchronous ?? 'FULL',
+        maxGroupSize: this.maxGroupSize,
       });
     } else {
       this.appender = new SqliteAppender(this.db);
@@ -269,17 +271,18 @@ export class SqliteEventStore implements EventStore {
     const worker = new Worker(entry.filename, { eval: entry.eval, workerData: data });
     const writer: WriterThread = {
       worker,
-      inFlight: null,
+      inFlight: [],
       failure: null,
       exited: Promise.resolve(),
     };
     worker.on('message', (message: FromWriter) => {
-      const group = writer.inFlight ?? [];
-      writer.inFlight = null;
-      if (message.type === 'commit-failed') this.commitFailed(group, message.message);
-      else this.settle(group, message.outcomes);
+      if (message.type === 'commit-failed') {
+        this.commitFailed(writer.inFlight.splice(0, message.groups).flat(), message.message);
+      } else {
+        for (const outcomes of message.outcomes) this.settle(writer.inFlight.shift()!, outcomes);
+      }
       this.committed.emit('commit');
-      this.sendGroup(writer);
+      if (writer.inFlight.length === 0 && this.pending.length === 0) this.drained?.();
     });
     worker.on('error', (error) => this.writerStopped(writer, String(error)));
     writer.exited = new Promise((resolve) => {
@@ -291,20 +294,21 @@ export class SqliteEventStore implements EventStore {
     return writer;
   }
 
-  /** Writes the next group unless one is being written; its outcomes send the one after. */
+  /**
+   * Hands every pending append to the writer at once, without waiting for the group it is
+   * committing: it takes all the groups that arrived meanwhile into its next commit, so a
+   * commit starts as soon as the last one ends, not a round trip through this loop later.
+   */
   private sendGroup(writer: WriterThread): void {
-    if (writer.inFlight !== null) return;
-    if (this.pending.length === 0) {
-      this.drained?.();
-      return;
+    while (this.pending.length > 0) {
+      const group = this.pending.splice(0, this.maxGroupSize);
+      writer.inFlight.push(group);
+      const requests = group.map((append) => append.request);
+      writer.worker.postMessage(
+        { type: 'group', requests } satisfies ToWriter,
+        wireTransfers(requests),
+      );
     }
-    const group = this.pending.splice(0, this.maxGroupSize);
-    writer.inFlight = group;
-    const requests = group.map((append) => append.request);
-    writer.worker.postMessage(
-      { type: 'group', requests } satisfies ToWriter,
-      wireTransfers(requests),
-    );
   }
 
   /** The writer can write no more: whatever waits on it fails, and so does every later append. */
@@ -312,8 +316,7 @@ export class SqliteEventStore implements EventStore {
     if (writer.failure === null) {
       writer.failure = new StoreUnavailableError(`SQLite writer stopped: ${reason}`);
     }
-    const waiting = [...(writer.inFlight ?? []), ...this.pending.splice(0)];
-    writer.inFlight = null;
+    const waiting = [...writer.inFlight.splice(0).flat(), ...this.pending.splice(0)];
     for (const append of waiting) append.reject(writer.failure);
     this.drained?.();
   }
@@ -513,7 +516,7 @@ export class SqliteEventStore implements EventStore {
 
   /** Resolves once every append made so far has its outcome. */
   private async drain(writer: WriterThread): Promise<void> {
-    while (writer.failure === null && (writer.inFlight !== null || this.pending.length > 0)) {
+    while (writer.failure === null && (writer.inFlight.length > 0 || this.pending.length > 0)) {
       await new Promise<void>((resolve) => {
         this.drained = resolve;
         this.sendGroup(writer);
