@@ -48,7 +48,8 @@ export class CommandsController {
   @Post('runs/:runId/stop')
   @HttpCode(201)
   @RequireScope('append')
-  @RateLimited('costly')
+  // A plain call: stopping starts and redirects nothing, and stays open after a burst of steers.
+  @RateLimited('call')
   @ApiOperation({
     summary:
       'Stop a run: `{ reason? }` (the body is optional) finishes it as cancelled; a finished run answers 409 with its status',
@@ -121,7 +122,8 @@ export class CommandsController {
   @Post('receipts/consume')
   @HttpCode(200)
   @RequireScope('append')
-  @RateLimited('costly')
+  // A plain call: the runtime's check before it acts, not a command that starts or redirects work.
+  @RateLimited('call')
   @ApiOperation({
     summary: 'Consume a one-use receipt: `{ receipt, toolName, input }`',
     description:

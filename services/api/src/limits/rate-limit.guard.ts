@@ -85,7 +85,7 @@ export class RateLimitGuard implements CanActivate {
     const window = `${this.config.rateLimit.windowMs / 1000} s`;
     const what =
       decision.budget === 'costly'
-        ? `${decision.limit} costly calls (steer, stop, resolve, answer, consume, a user's turn.started)`
+        ? `${decision.limit} costly calls (steer, resolve, answer, prompt, a user's turn.started)`
         : `${decision.limit} calls`;
     throw new ApiError(
       429,

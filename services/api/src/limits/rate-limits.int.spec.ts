@@ -241,10 +241,8 @@ describe('rate limits', () => {
 
   it.each([
     ['steer', (id: string) => `/v1/runs/${id}/steer`],
-    ['stop', (id: string) => `/v1/runs/${id}/stop`],
     ['resolve', (id: string) => `/v1/runs/${id}/approvals/ap-1/resolve`],
     ['answer', (id: string) => `/v1/threads/${id}/approvals/answer`],
-    ['consume', () => '/v1/receipts/consume'],
   ])('counts %s as costly', async (name, path) => {
     const call = () =>
       withUser(
@@ -257,5 +255,25 @@ describe('rate limits', () => {
     const answers = await statuses(6, call);
     expect(answers.filter((s) => s === 429)).toEqual([]);
     expectRefused(await call(), 'costly', 10);
+  });
+
+  // DESIGN.md: costly calls are "commands that start or redirect work". Stopping a run starts
+  // nothing (and must stay possible after a burst of steers), and consume is the runtime's
+  // check before it acts, not a client command: each spends a plain call only.
+  it.each([
+    ['stop', (id: string) => `/v1/runs/${id}/stop`],
+    ['consume', () => '/v1/receipts/consume'],
+  ])('counts %s as a plain call, not a costly one', async (name, path) => {
+    const call = () =>
+      withUser(
+        t
+          .http()
+          .post(path(`missing-${randomUUID()}`))
+          .set(t.auth(KEYS.gatewayA)),
+        `plain-${name}`,
+      ).send({});
+    const answers = await statuses(30, call);
+    expect(answers.filter((s) => s === 429)).toEqual([]);
+    expectRefused(await call(), 'calls', 10);
   });
 });

@@ -16,7 +16,7 @@ export class PromptController {
   @Post()
   @HttpCode(201)
   @RequireScope('append')
-  // Starts work: costly, like steer and stop.
+  // Starts work: costly, like steer.
   @RateLimited('costly')
   @ApiOperation({
     summary: "Start a turn with the user's words: `{ text, source?, agent?, turnId?, binding? }`",
