@@ -142,6 +142,48 @@ describe('GET /v1/threads', () => {
     });
   });
 
+  it('refuses a list cursor issued to another tenant, spelt otherwise, or never issued', async () => {
+    // Given a cursor the list issued to tenant A
+    let last = 0;
+    for (let i = 0; i < 3; i += 1) last = (await startRun(`forged-${randomUUID()}`)).position;
+    const first = await t.http().get(`/v1/threads?limit=1&minPosition=${last}`).set(t.auth());
+    const issued = first.body.nextCursor as string;
+    expect(issued).toEqual(expect.any(String));
+    const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
+    const decoded: unknown = JSON.parse(Buffer.from(issued, 'base64url').toString('utf8'));
+
+    // When tenant B pages with it, or tenant A with cursors the service never issued
+    const refused = [
+      await t.http().get(`/v1/threads?cursor=${issued}`).set(t.auth(KEYS.tenantB)),
+      await t.http().get(`/v1/threads?cursor=${issued}!!`).set(t.auth()),
+      await t.http().get(`/v1/threads?cursor=${issued}==`).set(t.auth()),
+      await t
+        .http()
+        .get(`/v1/threads?cursor=${encode(['', ''])}`)
+        .set(t.auth()),
+      await t
+        .http()
+        .get(`/v1/threads?cursor=${encode(['zzzz', 'q'])}`)
+        .set(t.auth()),
+      await t
+        .http()
+        .get(`/v1/threads?cursor=${encode({ ...(decoded as object), x: 1 })}`)
+        .set(t.auth()),
+    ];
+
+    // Then each is 400 invalid_cursor naming the field, and the issued one still reads on
+    for (const res of refused) {
+      expect(res.status).toBe(400);
+      expect(res.body).toMatchObject({
+        error: 'invalid_cursor',
+        details: [{ field: 'cursor', rule: 'isCursor' }],
+      });
+    }
+    const next = await t.http().get(`/v1/threads?limit=1&cursor=${issued}`).set(t.auth());
+    expect(next.status).toBe(200);
+    expect(next.body.threads).toHaveLength(1);
+  });
+
   it('refuses a malformed thread id with 400 naming it, on views and commands alike', async () => {
     const id = encodeURIComponent('bad id!');
     for (const res of [

@@ -106,7 +106,7 @@ export class ThreadsService {
     tenantId: string,
     query: { status?: ThreadStatus; limit: number; cursor?: string; minPosition?: number },
   ): Promise<ThreadListPage> {
-    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    const after = query.cursor === undefined ? undefined : decodeCursor(tenantId, query.cursor);
     await this.projections.waitFor(query.minPosition);
     const threads = this.projections.readModels.listThreads(tenantId, {
       status: query.status,
@@ -116,7 +116,7 @@ export class ThreadsService {
     const last = threads[threads.length - 1];
     return {
       threads,
-      nextCursor: threads.length === query.limit && last ? encodeCursor(last) : null,
+      nextCursor: threads.length === query.limit && last ? encodeCursor(tenantId, last) : null,
       // Read after the list, from the read models themselves: each listed thread was committed
       // with a checkpoint at or past its position, so this is never behind one of them (the
       // projector's reported position can trail its own commit by a message).
@@ -202,20 +202,38 @@ export function assertThreadId(threadId: string): void {
   ]);
 }
 
-function encodeCursor(item: ThreadListItem): string {
-  return Buffer.from(JSON.stringify([item.lastActivityAt, item.threadId])).toString('base64url');
+/**
+ * A list page's `nextCursor`: the place of its last thread in the list's order (newest
+ * activity first), and a tag of the tenant it was issued to. As with a page's `before`, only
+ * the exact text this service issues is taken: another tenant's cursor, another spelling of
+ * it, or a place the service never named is refused, not read as some other place.
+ */
+function encodeCursor(
+  tenantId: string,
+  item: { lastActivityAt: string; threadId: string },
+): string {
+  const value = { a: item.lastActivityAt, i: item.threadId, t: tenantTag(tenantId) };
+  return Buffer.from(JSON.stringify(value)).toString('base64url');
 }
 
-function decodeCursor(cursor: string): { lastActivityAt: string; threadId: string } {
+function tenantTag(tenantId: string): string {
+  return createHash('sha256').update(`list\u0000${tenantId}`).digest('base64url').slice(0, 8);
+}
+
+function decodeCursor(
+  tenantId: string,
+  cursor: string,
+): { lastActivityAt: string; threadId: string } {
   try {
     const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    if (Array.isArray(value) && value.length === 2 && value.every((v) => typeof v === 'string')) {
-      return { lastActivityAt: value[0] as string, threadId: value[1] as string };
+    if (isPlainObject(value) && typeof value.a === 'string' && typeof value.i === 'string') {
+      const place = { lastActivityAt: value.a, threadId: value.i };
+      if (encodeCursor(tenantId, place) === cursor) return place;
     }
   } catch {
     // Falls through to the same answer as any other cursor this service did not issue.
   }
-  const rule = 'cursor must be a nextCursor from a previous page';
+  const rule = 'cursor must be the nextCursor of a previous page of this list';
   throw new ApiError(400, 'invalid_cursor', rule, [
     { field: 'cursor', rule: 'isCursor', message: rule },
   ]);
