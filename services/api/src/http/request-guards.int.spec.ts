@@ -741,6 +741,74 @@ describe('large bodies of one tenant', () => {
   });
 });
 
+describe('large bodies that end together', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening({ LARGE_BODY_BYTES: '2048', LARGE_BODY_CONCURRENCY: '8' });
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('are parsed a turn of the event loop apart, not back to back in one turn', async () => {
+    const runs = [await startRun(t), await startRun(t), await startRun(t)];
+    const bodies = runs.map((_, n) =>
+      JSON.stringify({
+        events: Array.from({ length: 20 }, (_, k) => ({
+          type: 'message.added',
+          data: { messageId: `m-${n}-${k}`, role: 'user', text: 'é'.repeat(5000) },
+        })),
+      }),
+    );
+    // At each parse of a body, whether the loop had a turn since the parse before: a task
+    // is set at each, and has run only if the loop got round to it.
+    const turns: boolean[] = [];
+    let turned = true;
+    const parse = JSON.parse;
+    const spy = jest.spyOn(JSON, 'parse').mockImplementation((text: string, reviver) => {
+      if (bodies.includes(text)) {
+        turns.push(turned);
+        turned = false;
+        setImmediate(() => {
+          turned = true;
+        });
+      }
+      return parse(text, reviver) as unknown;
+    });
+    const { port } = t.app.getHttpServer().address() as AddressInfo;
+    const sockets = runs.map(() => connect(port, '127.0.0.1'));
+    try {
+      // Each body is sent but for its last byte; then the three last bytes at once, so that
+      // the bodies end in the same turn of the server's loop.
+      const answers = sockets.map(
+        (socket) =>
+          new Promise<string>((resolve) => {
+            let received = '';
+            socket.setEncoding('utf8');
+            socket.on('data', (chunk: string) => {
+              received += chunk;
+              if (received.includes('\r\n\r\n')) resolve(received.slice(0, 12));
+            });
+          }),
+      );
+      sockets.forEach((socket, n) => {
+        const head = post(`/v1/runs/${runs[n]}/events`, {
+          'Content-Length': Buffer.byteLength(bodies[n]),
+          Authorization: `Bearer ${KEYS.tenantA}`,
+        });
+        socket.write(`${head}\r\n\r\n${bodies[n].slice(0, -1)}`);
+      });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      sockets.forEach((socket) => socket.write('}'));
+      expect(await Promise.all(answers)).toEqual(runs.map(() => 'HTTP/1.1 201'));
+      expect(turns).toEqual([true, true, true]);
+    } finally {
+      spy.mockRestore();
+      sockets.forEach((socket) => socket.destroy());
+    }
+  });
+});
+
 describe('process guards', () => {
   let t: TestApp;
   beforeAll(async () => {
