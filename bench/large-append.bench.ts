@@ -199,7 +199,7 @@ function section(results: Result[]): Section {
       },
     ],
     notes: [
-      'Loops over a batch (validation, the size gate, sealing the hash chain, serializing for the store) give the event loop a turn every 10 ms, and a large body is decoded and parsed in two turns. What is left in one turn is work on a single value: parsing the whole body, and reducing one oversize event, whose size the body limit bounds; its size is measured, and its original data hashed, 256 Ki characters of a long string at a time.',
+      'Loops over a batch (validation, the size gate, sealing the hash chain, serializing for the store) give the event loop a turn every 10 ms, a body is decoded a chunk at a time as it arrives, and a large body is parsed in a turn of its own, never shared with another large body. What is left in one turn is work on a single value: parsing the whole body, and reducing one oversize event, whose size the body limit bounds; its size is measured, and its original data hashed, 256 Ki characters of a long string at a time.',
     ],
   };
 }

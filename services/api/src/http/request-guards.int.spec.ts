@@ -598,6 +598,114 @@ describe('body limits', () => {
     expect((await t.http().get(`/v1/runs/${runId}/events`).set(t.auth())).status).toBe(404);
   });
 
+  it('decodes a body a chunk at a time as it arrives, characters split between chunks too', async () => {
+    const runId = `run-${randomUUID()}`;
+    // About 220 KB, under BODY_MAX_BYTES, in events under EVENT_MAX_BYTES.
+    const text = `a😀é中${'é😀'.repeat(9000)}`;
+    const body = Buffer.from(
+      JSON.stringify({
+        events: [
+          { type: 'run.started', data: { threadId: 't1', agent: 'a', source: 'api' } },
+          ...[1, 2, 3, 4].map((n) => ({
+            type: 'message.added',
+            data: { messageId: `m${n}`, role: 'user', text },
+          })),
+        ],
+      }),
+    );
+    // The most bytes decoded at once while the body is read: a chunk, not the whole body.
+    const decoded: number[] = [];
+    const toString = Buffer.prototype.toString;
+    Buffer.prototype.toString = function (
+      this: Buffer,
+      encoding?: BufferEncoding,
+      start?: number,
+      end?: number,
+    ) {
+      if (this.length > 1024 && (encoding === undefined || encoding === 'utf8')) {
+        decoded.push(this.length);
+      }
+      return toString.call(this, encoding, start, end);
+    };
+    const { port } = t.app.getHttpServer().address() as AddressInfo;
+    const socket = connect(port, '127.0.0.1');
+    try {
+      const answer = new Promise<string>((resolve) => {
+        let received = '';
+        socket.setEncoding('utf8');
+        socket.on('data', (chunk: string) => {
+          received += chunk;
+          if (received.includes('\r\n\r\n')) resolve(received.slice(0, 12));
+        });
+      });
+      const head = post(`/v1/runs/${runId}/events`, {
+        'Content-Length': body.length,
+        Authorization: `Bearer ${KEYS.tenantA}`,
+      });
+      socket.write(`${head}\r\n\r\n`);
+      // Cut inside the first 😀 (4 bytes), then inside é (2 bytes) and 中 (3 bytes).
+      const start = body.indexOf('a😀') + 3;
+      const cuts = [0, start, start + 4, start + 7, body.length];
+      for (let i = 1; i < cuts.length; i += 1) {
+        socket.write(body.subarray(cuts[i - 1], cuts[i]));
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(await answer).toBe('HTTP/1.1 201');
+    } finally {
+      Buffer.prototype.toString = toString;
+      socket.destroy();
+    }
+    expect(Math.max(...decoded)).toBeLessThan(body.length / 2);
+    const read = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
+    expect(read.body.events.map((event: { data: { text?: string } }) => event.data.text)).toEqual([
+      undefined,
+      text,
+      text,
+      text,
+      text,
+    ]);
+  });
+
+  it('refuses a body that ends inside a character, or whose next chunk does not complete it', async () => {
+    const { port } = t.app.getHttpServer().address() as AddressInfo;
+    const send = async (parts: Buffer[]) => {
+      const runId = `run-${randomUUID()}`;
+      const socket = connect(port, '127.0.0.1');
+      try {
+        const answer = new Promise<string>((resolve) => {
+          let received = '';
+          socket.setEncoding('utf8');
+          socket.on('data', (chunk: string) => {
+            received += chunk;
+            const end = received.indexOf('\r\n\r\n');
+            if (end >= 0 && received.endsWith('}')) resolve(received.slice(end + 4));
+          });
+        });
+        const length = parts.reduce((sum, part) => sum + part.length, 0);
+        socket.write(
+          `${post(`/v1/runs/${runId}/events`, { 'Content-Length': length, Authorization: `Bearer ${KEYS.tenantA}` })}\r\n\r\n`,
+        );
+        for (const part of parts) {
+          socket.write(part);
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+        return JSON.parse(await answer) as { error: string; details: { rule: string }[] };
+      } finally {
+        socket.destroy();
+      }
+    };
+    const head = Buffer.from('{"events":[{"type":"run.started","data":{"threadId":"t1","agent":"');
+    const tail = Buffer.from('","source":"api"}}]}');
+    const utf8 = { error: 'malformed_body', details: [{ rule: 'utf8' }] };
+    // 😀 is F0 9F 98 80: its first two bytes end one chunk, a byte that cannot follow them
+    // starts the next.
+    expect(await send([head, Buffer.from([0xf0, 0x9f]), Buffer.from([0x41]), tail])).toMatchObject(
+      utf8,
+    );
+    // The body's last bytes are the start of a character.
+    expect(await send([head, tail, Buffer.from([0xe4, 0xb8])])).toMatchObject(utf8);
+  });
+
   it('still calls JSON that does not parse malformed', async () => {
     const res = await t
       .http()
