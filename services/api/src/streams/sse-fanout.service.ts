@@ -201,6 +201,11 @@ export class SseFanout implements OnModuleDestroy, BatchHandler {
             thread: { tenantId: watch.tenantId, threadId: watch.threadId },
           };
     for (;;) {
+      // Before each page too, and again after the turn: a page of large events takes tens of
+      // milliseconds, and the clients that resume together after a turn (or start together,
+      // once the follower has started) each read one in that turn. Twenty clients of a run of
+      // 32 KiB events held the loop for over a second. Now one reads, and the others wait.
+      while (this.catchUpClock.due()) await this.catchUpClock.turn();
       if (client.closed) return;
       const target = this.position;
       if (client.cursor >= target) {

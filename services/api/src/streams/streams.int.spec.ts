@@ -8,7 +8,9 @@ import Database from 'better-sqlite3';
 import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
+import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
+import { SseFanout } from './sse-fanout.service';
 import { isReader, SseReader, type StreamedEvent } from '../testing/sse-reader';
 
 async function listening(env: Record<string, string> = {}): Promise<TestApp> {
@@ -324,6 +326,74 @@ describe('a stream over an event the store cannot read (a damaged row)', () => {
       errors.mockRestore();
     }
   });
+});
+
+describe('clients catching up at once', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await listening();
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('read their pages of the log a turn of the event loop apart, not all in one turn', async () => {
+    const { runId } = await startRun(t);
+    for (let batch = 0; batch < 3; batch += 1) {
+      const events = Array.from({ length: 400 }, (_, n) => say(`${batch}-${n}`));
+      expect((await append(t, runId, events)).status).toBe(201);
+    }
+    // A clock whose slice is over once a page has been read, as when a page of large events
+    // (tens of milliseconds) takes longer than a slice.
+    let spent = false;
+    let next: Promise<void> | null = null;
+    const pageClock = {
+      due: () => spent,
+      turn: () =>
+        (next ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+          next = null;
+          spent = false;
+        })),
+    };
+    (t.app.get(SseFanout) as unknown as { catchUpClock: typeof pageClock }).catchUpClock =
+      pageClock;
+    const store = t.app.get<EventStore>(EVENT_STORE);
+    const readAll = store.readAll.bind(store);
+    const headPosition = store.headPosition.bind(store);
+    // At each page read, whether the loop had a turn since the one before.
+    const turns: boolean[] = [];
+    let turned = true;
+    const reads = jest.spyOn(store, 'readAll').mockImplementation((options) => {
+      if (options?.stream !== undefined) {
+        turns.push(turned);
+        turned = false;
+        spent = true;
+        setImmediate(() => {
+          turned = true;
+        });
+      }
+      return readAll(options);
+    });
+    // The first stream starts the shared follower at the log head: the four streams opened
+    // meanwhile wait for it, and start catching up together.
+    const heads = jest.spyOn(store, 'headPosition').mockImplementation(async (options) => {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      return headPosition(options);
+    });
+    try {
+      const readers = await Promise.all(
+        [1, 2, 3, 4].map(() => open(t, `/v1/runs/${runId}/stream`, { 'Last-Event-ID': '0' })),
+      );
+      await Promise.all(readers.map((reader) => reader.until((r) => r.recorded().length === 1201)));
+      readers.forEach((reader) => reader.close());
+      // Three pages of 500 and the end of the run, for each of the four.
+      expect(turns.length).toBeGreaterThanOrEqual(12);
+      expect(turns.filter((turn) => !turn)).toEqual([]);
+    } finally {
+      reads.mockRestore();
+      heads.mockRestore();
+    }
+  }, 60_000);
 });
 
 describe('a client whose socket backs up', () => {
