@@ -2,7 +2,7 @@ import Database from 'better-sqlite3';
 import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
-import { EVENT_TYPES, SERVER_ONLY_TYPES } from '@runledger/domain';
+import { ChainVerifier, EVENT_TYPES, SERVER_ONLY_TYPES, SliceClock } from '@runledger/domain';
 import { EVENT_DATA_EXAMPLES } from '../../../../libs/domain/src/testing/event-fixtures';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 
@@ -586,6 +586,37 @@ describe('a run of large events', () => {
     const res = await t.http().get(`/v1/runs/${usual}/events?limit=301`).set(t.auth());
     expect(res.body.events).toHaveLength(301);
     expect(res.body.nextRevision).toBeNull();
+  });
+
+  it('is audited and replayed giving the loop a turn between events once a slice is over', async () => {
+    // Every slice is over at once, as when hashing a page of large events takes longer than a
+    // slice: the verification must then give the loop a turn after each event.
+    const due = jest.spyOn(SliceClock.prototype, 'due').mockReturnValue(true);
+    const add = ChainVerifier.prototype.add;
+    const turns: boolean[] = [];
+    let turned = true;
+    const verified = jest.spyOn(ChainVerifier.prototype, 'add').mockImplementation(function (
+      this: ChainVerifier,
+      event,
+    ) {
+      turns.push(turned);
+      turned = false;
+      setImmediate(() => {
+        turned = true;
+      });
+      add.call(this, event);
+    });
+    try {
+      const audit = await t.http().get(`/v1/runs/${runId}/audit`).set(t.auth());
+      expect(audit.body).toMatchObject({ count: LARGE + 1, verified: true });
+      const { lines } = await t.replay(runId);
+      expect(lines).toHaveLength(LARGE + 1);
+    } finally {
+      due.mockRestore();
+      verified.mockRestore();
+    }
+    expect(turns).toHaveLength(2 * (LARGE + 1));
+    expect(turns.filter((turn) => !turn)).toEqual([]);
   });
 
   it('is replayed and audited whole, though its pages come short', async () => {
