@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import { TextDecoder } from 'node:util';
 import { Logger } from '@nestjs/common';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 import { ERROR_BODY_MAX_BYTES } from './api-error';
@@ -613,7 +614,8 @@ describe('body limits', () => {
         ],
       }),
     );
-    // The most bytes decoded at once while the body is read: a chunk, not the whole body.
+    // The most bytes decoded at once while the body is read, by either decoder: a chunk, not
+    // the whole body.
     const decoded: number[] = [];
     const toString = Buffer.prototype.toString;
     Buffer.prototype.toString = function (
@@ -626,6 +628,15 @@ describe('body limits', () => {
         decoded.push(this.length);
       }
       return toString.call(this, encoding, start, end);
+    };
+    const decode = TextDecoder.prototype.decode;
+    TextDecoder.prototype.decode = function (
+      this: TextDecoder,
+      input?: NodeJS.ArrayBufferView,
+      options?: { stream?: boolean },
+    ) {
+      if (input !== undefined) decoded.push(input.byteLength);
+      return decode.call(this, input, options);
     };
     const { port } = t.app.getHttpServer().address() as AddressInfo;
     const socket = connect(port, '127.0.0.1');
@@ -653,6 +664,7 @@ describe('body limits', () => {
       expect(await answer).toBe('HTTP/1.1 201');
     } finally {
       Buffer.prototype.toString = toString;
+      TextDecoder.prototype.decode = decode;
       socket.destroy();
     }
     expect(Math.max(...decoded)).toBeLessThan(body.length / 2);

@@ -19,7 +19,6 @@
  * gets this far. A client that asks first (`Expect: 100-continue`) is told to send its body
  * only once the key and these limits let it through.
  */
-import { isUtf8 } from 'node:buffer';
 import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
@@ -215,29 +214,22 @@ class OnePerTurn {
  * A body's text, decoded a chunk at a time as it arrives. Decoded whole at its end, a body of
  * 32 MB held the event loop for 40-80 ms, and 150-180 ms when its text is not ASCII; a chunk
  * (at most 64 KiB from a socket) takes well under a millisecond. A character cut between two
- * chunks waits for the next. Bytes that are not valid UTF-8 are refused, never decoded:
- * decoding would replace each with U+FFFD, and the log would hold words the client never
- * sent.
+ * chunks waits in the decoder for the next. Bytes that are not valid UTF-8 are refused, never
+ * decoded (`fatal`): decoding would replace each with U+FFFD, and the log would hold words
+ * the client never sent. A byte-order mark stays in the text, as the client sent it.
  */
 class Utf8Text {
   private pieces: string[] = [];
-  /** The start of a character the last chunk cut, waiting for the rest of its bytes. */
-  private carried: Buffer | null = null;
+  private readonly decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
   /** Whether the bytes so far, but for a character still incomplete, are valid UTF-8. */
   add(chunk: Buffer): boolean {
-    const bytes = this.carried === null ? chunk : Buffer.concat([this.carried, chunk]);
-    const end = completeLength(bytes);
-    this.carried = end < bytes.length ? bytes.subarray(end) : null;
-    const whole = bytes.subarray(0, end);
-    if (!isUtf8(whole)) return false;
-    this.pieces.push(whole.toString('utf8'));
-    return true;
+    return this.decode(() => this.decoder.decode(chunk, { stream: true }));
   }
 
   /** Whether the body ended between characters. */
   complete(): boolean {
-    return this.carried === null;
+    return this.decode(() => this.decoder.decode());
   }
 
   take(): string {
@@ -248,24 +240,17 @@ class Utf8Text {
 
   clear(): void {
     this.pieces = [];
-    this.carried = null;
   }
-}
 
-/**
- * How many of `bytes` precede a character they cut short: the last lead byte among the last
- * four, when its sequence runs past the end. A continuation byte can only follow its lead
- * within the length that lead declares, so text split there is valid UTF-8 exactly when both
- * sides are (bytes that are not UTF-8 are refused whichever side holds them).
- */
-function completeLength(bytes: Buffer): number {
-  for (let i = bytes.length - 1; i >= Math.max(0, bytes.length - 4); i -= 1) {
-    const byte = bytes[i];
-    if ((byte & 0xc0) === 0x80) continue;
-    const length = byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1;
-    return i + length > bytes.length ? i : bytes.length;
+  private decode(step: () => string): boolean {
+    try {
+      this.pieces.push(step());
+      return true;
+    } catch (error) {
+      if ((error as { code?: unknown }).code === 'ERR_ENCODING_INVALID_ENCODED_DATA') return false;
+      throw error;
+    }
   }
-  return bytes.length;
 }
 
 class Slots {
