@@ -3,6 +3,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 import { PROMPT_TEXT_MAX } from '../prompt/prompt-body';
 
@@ -539,6 +540,65 @@ describe('receipts', () => {
     } finally {
       await short.close();
     }
+  });
+});
+
+describe('a run commands have decided on before', () => {
+  it('is folded from where the last command left it, not read again from its start', async () => {
+    const messages = Array.from({ length: 600 }, (_, n) => ({
+      type: 'message.added',
+      data: { messageId: `m${n}`, role: 'assistant', text: `line ${n}` },
+    }));
+    const { runId } = await newRun([turn('t1'), approval('a1'), approval('a2'), ...messages]);
+    expect(
+      (await post(`/v1/runs/${runId}/approvals/a1/resolve`, { decision: 'allow' })).status,
+    ).toBe(201);
+    const store = t.app.get<EventStore>(EVENT_STORE);
+    const read = jest.spyOn(store, 'readStream');
+    try {
+      const second = await post(`/v1/runs/${runId}/approvals/a2/resolve`, { decision: 'deny' });
+      expect(second.status).toBe(201);
+      const froms = read.mock.calls
+        .filter(([stream, options]) => stream.endsWith(runId) && options?.direction !== 'backwards')
+        .map(([, options]) => options?.fromRevision ?? 0);
+      // Forward reads of the run (its head is read backwards, one event): the 604 events
+      // before the first resolve are not read again.
+      expect(froms.length).toBeGreaterThan(0);
+      expect(Math.min(...froms)).toBeGreaterThan(603);
+    } finally {
+      read.mockRestore();
+    }
+  });
+
+  it('is decided on with what another instance appended since, as a run never seen', async () => {
+    const { runId } = await newRun([turn('t1'), approval('a1'), approval('a2')]);
+    expect(
+      (await post(`/v1/runs/${runId}/approvals/a1/resolve`, { decision: 'allow' })).status,
+    ).toBe(201);
+    const other = await startTestApp({ DATA_DIR: t.config.dataDir, POLICY_FILE: policyFile });
+    try {
+      expect(
+        (
+          await post(
+            `/v1/runs/${runId}/approvals/a2/resolve`,
+            { decision: 'deny' },
+            KEYS.tenantA,
+            other,
+          )
+        ).status,
+      ).toBe(201);
+      expect((await post(`/v1/runs/${runId}/stop`, {}, KEYS.tenantA, other)).status).toBe(201);
+    } finally {
+      await other.close();
+    }
+    const again = await post(`/v1/runs/${runId}/approvals/a2/resolve`, { decision: 'allow' });
+    expect(again.status).toBe(409);
+    const steer = await post(`/v1/runs/${runId}/steer`, {
+      expectedTurnId: 't1',
+      instruction: 'go',
+    });
+    expect(steer.status).toBe(409);
+    expect(steer.body).toMatchObject({ error: 'run_finished', status: 'cancelled' });
   });
 });
 

@@ -15,11 +15,10 @@ import {
   decideResolve,
   decideSteer,
   decideStop,
-  evolve,
-  foldRunState,
   inputDigest,
   normalizeToolInput,
   receiptStream,
+  runStream,
   verifyReceipt,
   type Outcome,
   type RunState,
@@ -35,14 +34,18 @@ import { ProjectionsService } from '../threads/projections.service';
 import { assertThreadId } from '../threads/threads.service';
 import { ConsumeBody, DecisionBody, SteerBody, StopBody } from './command-bodies';
 import { PolicyService } from './policy.service';
+import { FoldedRun, RunStates } from './run-states';
 
 export const RECEIPT_SECRET_FILE = 'receipt-secret';
 /** Concurrent commands re-read the run this often before giving up. */
 const MAX_ATTEMPTS = 5;
+/** Bytes of run states kept between commands (about). */
+const RUN_STATES_BYTES = 32 * 1024 * 1024;
 
 @Injectable()
 export class CommandsService {
   private readonly secret: string;
+  private readonly states = new RunStates(RUN_STATES_BYTES);
 
   constructor(
     private readonly runLog: RunLogService,
@@ -172,7 +175,7 @@ export class CommandsService {
         policyAllows: (threadId) =>
           this.policy.evaluate(caller.tenantId, threadId, claims.tool).allowed,
       },
-      await this.state(caller, claims.run),
+      (await this.state(caller, claims.run)).state,
     );
     if ('refusal' in outcome) {
       // A replay is a replay whatever else it gets wrong (another input, a run ended since).
@@ -213,20 +216,21 @@ export class CommandsService {
   }
 
   /**
-   * The one read → decide → append loop. The run is read whole first, outside its append
-   * queue, so a long run's read holds no appends back; then, in the queue, the events since
-   * are folded in, the decider decides, and its events are appended at the revision decided
-   * on (RunLogService.appendDecided). Only another replica can move the run in between: the
+   * The one read → decide → append loop. The run is folded first, outside its append queue,
+   * so a long run's read holds no appends back; then, in the queue, the events since are
+   * folded in, the decider decides, and its events are appended at the revision decided on
+   * (RunLogService.appendDecided). Only another replica can move the run in between: the
    * append then fails its expected revision, and the loop folds in what it missed and
    * decides again (which may now refuse: the turn another steer redirected, the approval
-   * another call resolved).
+   * another call resolved). A state folded to the end is kept for the next command.
    */
   private async decideAndAppend<R>(
     caller: ClientCaller,
     runId: string,
     decide: (state: RunState) => Outcome<R>,
   ) {
-    const state = await this.state(caller, runId);
+    const folded = await this.state(caller, runId);
+    const { state } = folded;
     for (let attempt = 1; ; attempt += 1) {
       try {
         return await this.runLog.appendDecided(
@@ -234,7 +238,8 @@ export class CommandsService {
           runId,
           state.revision + 1,
           (newer) => {
-            for (const event of newer) evolve(state, event);
+            for (const event of newer) folded.add(event);
+            this.states.keep(runStream(caller.tenantId, runId), folded);
             const outcome = decide(state);
             if ('refusal' in outcome) throw new RefusedError(outcome.refusal);
             const { events, result } = outcome;
@@ -247,8 +252,16 @@ export class CommandsService {
     }
   }
 
-  private async state(caller: ClientCaller, runId: string): Promise<RunState> {
-    return foldRunState(await this.runLog.readRun(caller.tenantId, runId));
+  /** The run folded to its last event: from the state kept for it, or from its start. */
+  private async state(caller: ClientCaller, runId: string): Promise<FoldedRun> {
+    const stream = runStream(caller.tenantId, runId);
+    const folded = this.states.take(stream);
+    const from = folded.state.revision + 1;
+    for await (const event of this.runLog.runEvents(caller.tenantId, runId, from)) {
+      folded.add(event);
+    }
+    this.states.keep(stream, folded);
+    return folded;
   }
 }
 

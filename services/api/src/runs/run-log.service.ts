@@ -502,12 +502,17 @@ export class RunLogService {
     };
   }
 
-  /** Every event of a run the tenant owns, in order (404 otherwise). */
-  async readRun(tenantId: string, runId: string): Promise<RecordedEvent[]> {
+  /**
+   * The events of a run the tenant owns from a revision on, in order, a page at a time with a
+   * turn between pages (404 for a run it does not own).
+   */
+  async *runEvents(
+    tenantId: string,
+    runId: string,
+    fromRevision = 0,
+  ): AsyncGenerator<RecordedEvent> {
     await this.requireRun(tenantId, runId);
-    const events: RecordedEvent[] = [];
-    for await (const event of this.recorded(tenantId, runId)) events.push(event);
-    return events;
+    yield* this.recorded(tenantId, runId, fromRevision);
   }
 
   /**
