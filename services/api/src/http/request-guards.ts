@@ -179,10 +179,6 @@ function clientErrorAnswer(code: string | undefined): {
 }
 
 /**
- * At most `capacity` holders at once, shared by every tenant, of which one tenant holds at
- * most half (at least one); a release is safe to call twice.
- */
-/**
  * Runs its jobs in order, one a turn of the event loop. Parsing a large body holds the loop
  * for tens of milliseconds (20-100 ms for 32 MB): bodies that ended together had their
  * parses, each given its own setImmediate, run back to back in the same turn. Now sockets,
@@ -253,6 +249,10 @@ class Utf8Text {
   }
 }
 
+/**
+ * At most `capacity` holders at once, shared by every tenant, of which one tenant holds at
+ * most half (at least one); a release is safe to call twice.
+ */
 class Slots {
   private taken = 0;
   private readonly byTenant = new Map<string, number>();
