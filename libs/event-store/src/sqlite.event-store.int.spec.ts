@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { ChainVerifier, receiptStream, runStream, sealBatch } from '@runledger/domain';
+import { loopTurns } from '../../domain/src/testing/loop-turns';
 import { describeEventStoreContract } from './event-store.contract';
 import {
   EventIdConflictError,
@@ -174,15 +175,10 @@ describe('SQLite subscriptions', () => {
     try {
       const seen: { n: number; size: number }[] = [];
       const pages: number[] = [];
-      // Whether other work had a turn since the page before: a task set at each page.
-      const turns: boolean[] = [];
-      let turned = true;
+      // Whether other work had a turn since the page before.
+      const { turns, mark } = loopTurns();
       for await (const page of subscription) {
-        turns.push(turned);
-        turned = false;
-        setImmediate(() => {
-          turned = true;
-        });
+        mark();
         pages.push(page.length);
         for (const event of page) {
           seen.push({ n: (event.data as { n: number }).n, size: event.size ?? 0 });

@@ -9,6 +9,7 @@ import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { TextDecoder } from 'node:util';
 import { Logger } from '@nestjs/common';
+import { loopTurns } from '../../../../libs/domain/src/testing/loop-turns';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 import { ERROR_BODY_MAX_BYTES } from './api-error';
 
@@ -880,19 +881,11 @@ describe('large bodies that end together', () => {
         })),
       }),
     );
-    // At each parse of a body, whether the loop had a turn since the parse before: a task
-    // is set at each, and has run only if the loop got round to it.
-    const turns: boolean[] = [];
-    let turned = true;
+    // At each parse of a body, whether the loop had a turn since the parse before.
+    const { turns, mark } = loopTurns();
     const parse = JSON.parse;
     const spy = jest.spyOn(JSON, 'parse').mockImplementation((text: string, reviver) => {
-      if (bodies.includes(text)) {
-        turns.push(turned);
-        turned = false;
-        setImmediate(() => {
-          turned = true;
-        });
-      }
+      if (bodies.includes(text)) mark();
       return parse(text, reviver) as unknown;
     });
     const { port } = t.app.getHttpServer().address() as AddressInfo;

@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { ChainVerifier, EVENT_TYPES, SERVER_ONLY_TYPES, SliceClock } from '@runledger/domain';
 import { EVENT_DATA_EXAMPLES } from '../../../../libs/domain/src/testing/event-fixtures';
+import { loopTurns } from '../../../../libs/domain/src/testing/loop-turns';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 
 let t: TestApp;
@@ -593,17 +594,12 @@ describe('a run of large events', () => {
     // slice: the verification must then give the loop a turn after each event.
     const due = jest.spyOn(SliceClock.prototype, 'due').mockReturnValue(true);
     const add = ChainVerifier.prototype.add;
-    const turns: boolean[] = [];
-    let turned = true;
+    const { turns, mark } = loopTurns();
     const verified = jest.spyOn(ChainVerifier.prototype, 'add').mockImplementation(function (
       this: ChainVerifier,
       event,
     ) {
-      turns.push(turned);
-      turned = false;
-      setImmediate(() => {
-        turned = true;
-      });
+      mark();
       add.call(this, event);
     });
     try {

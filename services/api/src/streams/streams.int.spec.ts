@@ -9,6 +9,7 @@ import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { EVENT_STORE, type EventStore } from '@runledger/event-store';
+import { loopTurns } from '../../../../libs/domain/src/testing/loop-turns';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 import { SseFanout } from './sse-fanout.service';
 import { isReader, SseReader, type StreamedEvent } from '../testing/sse-reader';
@@ -361,16 +362,11 @@ describe('clients catching up at once', () => {
     const readAll = store.readAll.bind(store);
     const headPosition = store.headPosition.bind(store);
     // At each page read, whether the loop had a turn since the one before.
-    const turns: boolean[] = [];
-    let turned = true;
+    const { turns, mark } = loopTurns();
     const reads = jest.spyOn(store, 'readAll').mockImplementation((options) => {
       if (options?.stream !== undefined) {
-        turns.push(turned);
-        turned = false;
+        mark();
         spent = true;
-        setImmediate(() => {
-          turned = true;
-        });
       }
       return readAll(options);
     });
