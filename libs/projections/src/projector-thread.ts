@@ -26,7 +26,7 @@ import type { ProjectorOptions } from './projector';
  * `eventMaxBytes`. Left to itself V8 let the worker's heap grow to hundreds of MiB of garbage
  * during a rebuild: the same code measured 411 and 686 MiB of RSS on one host on one day.
  * What the worker holds alive is bounded below this: the writer's kept threads (about
- * 32 MiB), a subscription page (4 MiB of JSON) and two batches (8 MiB of JSON each), each
+ * 32 MiB), a subscription page (1 MiB of JSON) and two batches (8 MiB of JSON each), each
  * parsed and folded, and one event of the largest size, which is held in a few copies.
  */
 export function projectorHeapMib(eventMaxBytes: number): number {

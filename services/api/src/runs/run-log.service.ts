@@ -114,7 +114,7 @@ const MAX_ATTEMPTS = 5;
 /** Events read at once for a replay, an audit or an export; fewer when they are large. */
 const PAGE = 250;
 /**
- * JSON a page of `GET …/events` holds at most, after its first event. Larger than the 4 MiB
+ * JSON a page of `GET …/events` holds at most, after its first event. Larger than the 1 MiB
  * of the internal loops, so that a page is cut only when its events are far larger than a
  * run's usual ones (1,000 events of 16 KB fit): a client that takes a page shorter than its
  * `limit` for the end, rather than follow `nextRevision`, still reads whole runs of tool calls.

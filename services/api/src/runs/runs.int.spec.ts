@@ -547,7 +547,7 @@ describe('a store that cannot write (a full disk)', () => {
 
 describe('a run of large events', () => {
   // Twenty events of ~900 KB: more than one page's budget of event JSON (16 MiB), and of the
-  // replay's and audit's (4 MiB).
+  // replay's and audit's (1 MiB).
   const LARGE = 20;
   let runId: string;
   beforeAll(async () => {
