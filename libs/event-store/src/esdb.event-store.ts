@@ -202,7 +202,7 @@ export class EsdbEventStore implements EventStore {
   async readStream(stream: string, options: ReadStreamOptions = {}): Promise<RecordedEvent[]> {
     if (options.maxCount === 0) return [];
     const backwards = options.direction === 'backwards';
-    return this.readStreamOrEmpty(
+    const events = await this.readStreamOrEmpty(
       stream,
       {
         direction: backwards ? BACKWARDS : FORWARDS,
@@ -216,6 +216,11 @@ export class EsdbEventStore implements EventStore {
       },
       options.maxChars,
     );
+    if (options.dataTypes === undefined) return events;
+    // The server sends every event whole: the others' data is dropped here, so that a reader
+    // sees the same events from either store.
+    const withData = new Set(options.dataTypes);
+    return events.map((event) => (withData.has(event.type) ? event : { ...event, data: null }));
   }
 
   private async readStreamOrEmpty(

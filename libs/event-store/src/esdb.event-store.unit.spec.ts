@@ -382,6 +382,19 @@ describe('EsdbEventStore (stubbed client)', () => {
       expect(typeof recorded[0].position).toBe('number');
     });
 
+    it('answers null for the data of the types not asked for, every event still read', async () => {
+      const { client, store } = setUp();
+      client.record(STREAM, randomUUID(), 'run.started', { threadId: 't' });
+      client.record(STREAM, randomUUID(), 'model.call', { callId: 'c1' });
+      client.record(STREAM, randomUUID(), 'tool.finished', { toolCallId: 'x' });
+      const recorded = await store.readStream(STREAM, { dataTypes: ['tool.finished'] });
+      expect(recorded.map((e) => [e.revision, e.type, e.data])).toEqual([
+        [0, 'run.started', null],
+        [1, 'model.call', null],
+        [2, 'tool.finished', { toolCallId: 'x' }],
+      ]);
+    });
+
     it('readAll sends a server-side prefix filter and drops system events', async () => {
       const { client, store } = setUp();
       client.all = [

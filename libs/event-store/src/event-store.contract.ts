@@ -218,6 +218,43 @@ export function describeEventStoreContract(
         expect(await store.readStream(stream('missing'))).toEqual([]);
       });
 
+      it("reads only the data of the types asked for: the others' is null, the rest of each event as ever", async () => {
+        const kinds = ['test.kept', 'test.large', 'test.kept', 'test.other', 'test.large'];
+        await store.append(
+          stream('a'),
+          kinds.map((type, n) => event(n, { type, data: { n, text: 'x'.repeat(n * 1000) } })),
+        );
+        const whole = await store.readStream(stream('a'));
+        // An event's size (where the store knows it) no longer counts the data it comes without.
+        const unsized = (e: RecordedEvent) => ({ ...e, size: undefined });
+        const forwards = await store.readStream(stream('a'), {
+          fromRevision: 1,
+          dataTypes: ['test.kept', 'test.missing'],
+        });
+        expect(forwards.map(unsized)).toEqual(
+          whole
+            .slice(1)
+            .map((e) => unsized({ ...e, data: e.type === 'test.kept' ? e.data : null })),
+        );
+        forwards.forEach((e, i) => {
+          const size = whole[i + 1].size;
+          if (size === undefined || e.data !== null) expect(e.size).toBe(size);
+          else expect(e.size).toBeLessThan(size);
+        });
+        const backwards = await store.readStream(stream('a'), {
+          direction: 'backwards',
+          maxCount: 2,
+          dataTypes: ['test.large'],
+        });
+        expect(backwards.map((e) => [e.revision, e.data])).toEqual([
+          [4, { n: 4, text: 'x'.repeat(4000) }],
+          [3, null],
+        ]);
+        expect((await store.readStream(stream('a'), { dataTypes: [] })).map(unsized)).toEqual(
+          whole.map((e) => unsized({ ...e, data: null })),
+        );
+      });
+
       it('readAll reads from a position, in position order, filtered by stream prefix', async () => {
         await store.append(stream('a-1'), events(2));
         await store.append(stream('b-1'), events(2));

@@ -96,6 +96,13 @@ export interface ReadStreamOptions extends PageBudget {
   fromRevision?: number;
   direction?: 'forwards' | 'backwards';
   maxCount?: number;
+  /**
+   * Only events of these types come with their data; every other one comes with `data: null`
+   * (its revision, position and metadata as ever, its `size` without the data). The embedded
+   * store then never reads the others' data: a fold that needs a few types' data reads a run
+   * of megabyte model calls without their megabytes.
+   */
+  dataTypes?: readonly string[];
 }
 
 export interface ReadAllOptions extends PageBudget {

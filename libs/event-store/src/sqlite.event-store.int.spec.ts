@@ -198,6 +198,30 @@ describe('SQLite subscriptions', () => {
   }, 10_000);
 });
 
+describe('SQLite stream reads without the data of some types', () => {
+  it("count the data they skip in a page's budget: SQLite walks it to reach the metadata after it", async () => {
+    const store = new SqliteEventStore({ file: join(dir, 'data-of.db') });
+    try {
+      const text = 'x'.repeat(2 ** 18);
+      const events = Array.from({ length: 12 }, (_, n) => ({
+        id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
+        type: 'model.call',
+        data: { n, text },
+        metadata: {},
+      }));
+      await store.append(runStream('acme', 'data-of'), events);
+      const page = await store.readStream(runStream('acme', 'data-of'), {
+        maxChars: 2 ** 20,
+        dataTypes: [],
+      });
+      // As many as when read whole: five of these events after 1 MiB, never the twelve.
+      expect(page.map((event) => event.data)).toEqual([null, null, null, null, null]);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
 describe('SQLite appends of large events', () => {
   it.each([['inline'], ['thread']] as const)(
     'serialize a batch of megabyte events in slices, so a small append made after it is not held behind it (%s writer)',

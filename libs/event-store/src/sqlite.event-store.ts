@@ -76,12 +76,24 @@ type EventRow = [
   data: string,
   metadata: string,
   recordedAt: string,
+  /** The stored data's length, when the row comes without it (EVENT_COLUMNS_DATA_OF). */
+  storedDataLength?: number,
 ];
 
 const EVENT_COLUMNS = 'position, stream, revision, id, type, data, metadata, recorded_at';
+/**
+ * EVENT_COLUMNS with the data of some types only (a JSON array of them, the first parameter),
+ * `null` for the rest: SQLite reads a column only when its expression needs it. The metadata,
+ * stored after the data, is still reached by walking the pages the data overflows into, so the
+ * row also answers the data's stored length (from the record's header) for the page budget.
+ */
+const EVENT_COLUMNS_DATA_OF = `position, stream, revision, id, type,
+  CASE WHEN type IN (SELECT value FROM json_each(?)) THEN data ELSE 'null' END, metadata,
+  recorded_at, octet_length(data)`;
 const STREAM = 1;
 const DATA = 5;
 const METADATA = 6;
+const STORED_DATA_LENGTH = 8;
 
 interface PendingAppend {
   /** In the wire's form for a writer thread; all text inline. */
@@ -133,6 +145,8 @@ export class SqliteEventStore implements EventStore {
     byId: Statement<[string, string], EventRow>;
     stream: Statement<[string, number, number], EventRow>;
     streamBackwards: Statement<[string, number, number], EventRow>;
+    streamDataOf: Statement<[string, string, number, number], EventRow>;
+    streamBackwardsDataOf: Statement<[string, string, number, number], EventRow>;
     all: Statement<[number, number], EventRow>;
     allPrefixed: Statement<[number, number, string, number], EventRow>;
     after: Statement<[number, number], EventRow>;
@@ -156,12 +170,16 @@ export class SqliteEventStore implements EventStore {
     migrateSqliteLog(this.db);
     this.db.exec(EVENTS_SCHEMA);
     this.committed.setMaxListeners(0);
-    const events = <P extends unknown[]>(where: string) =>
-      this.db.prepare<P, EventRow>(`SELECT ${EVENT_COLUMNS} FROM events ${where}`).raw();
+    const events = <P extends unknown[]>(where: string, columns = EVENT_COLUMNS) =>
+      this.db.prepare<P, EventRow>(`SELECT ${columns} FROM events ${where}`).raw();
+    const forwards = 'WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?';
+    const backwards = 'WHERE stream = ? AND revision <= ? ORDER BY revision DESC LIMIT ?';
     this.statements = {
       byId: events('WHERE id_scope = ? AND id = ?'),
-      stream: events('WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?'),
-      streamBackwards: events('WHERE stream = ? AND revision <= ? ORDER BY revision DESC LIMIT ?'),
+      stream: events(forwards),
+      streamBackwards: events(backwards),
+      streamDataOf: events(forwards, EVENT_COLUMNS_DATA_OF),
+      streamBackwardsDataOf: events(backwards, EVENT_COLUMNS_DATA_OF),
       all: events('WHERE position >= ? ORDER BY position LIMIT ?'),
       allPrefixed: events(
         'WHERE position >= ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?',
@@ -323,14 +341,20 @@ export class SqliteEventStore implements EventStore {
 
   async readStream(stream: string, options: ReadStreamOptions = {}): Promise<RecordedEvent[]> {
     const limit = options.maxCount ?? Number.MAX_SAFE_INTEGER;
+    const backwards = options.direction === 'backwards';
+    const from = options.fromRevision ?? (backwards ? Number.MAX_SAFE_INTEGER : 0);
+    const { dataTypes } = options;
     const rows =
-      options.direction === 'backwards'
-        ? this.statements.streamBackwards.iterate(
+      dataTypes === undefined
+        ? (backwards ? this.statements.streamBackwards : this.statements.stream).iterate(
             stream,
-            options.fromRevision ?? Number.MAX_SAFE_INTEGER,
+            from,
             limit,
           )
-        : this.statements.stream.iterate(stream, options.fromRevision ?? 0, limit);
+        : (backwards
+            ? this.statements.streamBackwardsDataOf
+            : this.statements.streamDataOf
+          ).iterate(JSON.stringify(dataTypes), stream, from, limit);
     return decoded(takeWithin(rows, options.maxChars).rows);
   }
 
@@ -599,7 +623,7 @@ function toRecorded(row: EventRow): RecordedEvent {
 
 /** The length of an event's stored JSON (data and metadata): its `size`. */
 function storedLength(row: EventRow): number {
-  return row[DATA].length + row[METADATA].length;
+  return (row[STORED_DATA_LENGTH] ?? row[DATA].length) + row[METADATA].length;
 }
 
 /**
