@@ -7,7 +7,7 @@
  * decides again when another writer moved the run first; refusals become HTTP statuses in
  * one table at the edge (services/api/src/http/refusals.ts).
  */
-import type { Decision } from './event-types';
+import type { Decision, EventType } from './event-types';
 import { ChainSealer, type UnsealedEvent } from './hash-chain';
 import type { PolicyVerdict } from './policy';
 import type { PendingApproval } from './projections';
@@ -82,6 +82,21 @@ export function initialRunState(): RunState {
     latestApprovalByToolCall: new Map(),
   };
 }
+
+/**
+ * The types whose data `evolve` reads; of every other event it reads only the revision and
+ * metadata. A reader folding a long run asks the store for these types' data alone: a coding
+ * agent's run is mostly `model.call` contexts of up to a megabyte each, which no command reads.
+ */
+export const RUN_STATE_DATA_TYPES: readonly EventType[] = [
+  'run.finished',
+  'turn.started',
+  'turn.finished',
+  'turn.steered',
+  'approval.requested',
+  'approval.resolved',
+  'tool.finished',
+];
 
 /** The one evolve: the state after `event`. Mutates and returns `state` (folds are hot). */
 export function evolve(state: RunState, event: RecordedRunEvent): RunState {

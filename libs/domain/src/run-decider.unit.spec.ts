@@ -2,6 +2,9 @@ import type { PolicyVerdict } from './policy';
 import { inputDigest, receiptDigest, verifyReceipt } from './receipts';
 import { ChainVerifier } from './hash-chain';
 import type { RunHead } from './run-rules';
+import fc from 'fast-check';
+import type { EventType } from './event-types';
+import { threadSequences } from './projections/testing/thread-sequences';
 import {
   decideAnswer,
   decideAppend,
@@ -11,6 +14,7 @@ import {
   decideStop,
   foldRunState,
   RefusedError,
+  RUN_STATE_DATA_TYPES,
   violationRefusal,
   type NewEvent,
   type Outcome,
@@ -193,6 +197,24 @@ const resolve =
       },
       state,
     );
+
+describe('the data a run state is folded from', () => {
+  it("is that of RUN_STATE_DATA_TYPES' events alone: without any other event's data, every run folds to the same state", () => {
+    fc.assert(
+      fc.property(threadSequences, (events) => {
+        for (const runId of new Set(events.map((event) => event.metadata.runId))) {
+          const run = events.filter((event) => event.metadata.runId === runId);
+          const withoutData = run.map((event) =>
+            RUN_STATE_DATA_TYPES.includes(event.type as EventType)
+              ? event
+              : { ...event, data: null },
+          );
+          expect(foldRunState(withoutData)).toEqual(foldRunState(run));
+        }
+      }),
+    );
+  });
+});
 
 describe('deciders', () => {
   describe('append', () => {

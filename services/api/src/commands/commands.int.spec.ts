@@ -1,8 +1,10 @@
 import { Logger } from '@nestjs/common';
+import Database from 'better-sqlite3';
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { RUN_STATE_DATA_TYPES } from '@runledger/domain';
 import { EVENT_STORE, type EventStore } from '@runledger/event-store';
 import { KEYS, startTestApp, type TestApp } from '../testing/test-app';
 import { PROMPT_TEXT_MAX } from '../prompt/prompt-body';
@@ -565,6 +567,34 @@ describe('a run commands have decided on before', () => {
       // before the first resolve are not read again.
       expect(froms.length).toBeGreaterThan(0);
       expect(Math.min(...froms)).toBeGreaterThan(603);
+    } finally {
+      read.mockRestore();
+    }
+  });
+
+  it("is folded without its model calls' data, which no command reads: not even a damaged one stops a decision", async () => {
+    const modelCall = (callId: string) => ({
+      type: 'model.call',
+      data: { callId, model: 'm', messages: [{ role: 'user', content: 'x'.repeat(100_000) }] },
+    });
+    const { runId } = await newRun([turn('t1'), modelCall('c1'), modelCall('c2'), approval('a1')]);
+    // A coding agent's run is mostly megabyte contexts: the first command on it read them all.
+    const db = new Database(join(t.config.dataDir, 'runledger.db'));
+    db.prepare("UPDATE events SET data = '{broken' WHERE stream LIKE ? AND revision = 3").run(
+      `%${runId}`,
+    );
+    db.close();
+    const read = jest.spyOn(t.app.get<EventStore>(EVENT_STORE), 'readStream');
+    try {
+      const resolved = await post(`/v1/runs/${runId}/approvals/a1/resolve`, { decision: 'deny' });
+      expect(resolved.status).toBe(201);
+      expect(resolved.body).toMatchObject({ decision: 'deny' });
+      // Both folds, before the run's append queue and in it, ask for those types' data only.
+      const folds = read.mock.calls.filter(
+        ([stream, options]) => stream.endsWith(runId) && options?.direction !== 'backwards',
+      );
+      expect(folds.length).toBeGreaterThan(1);
+      for (const [, options] of folds) expect(options?.dataTypes).toBe(RUN_STATE_DATA_TYPES);
     } finally {
       read.mockRestore();
     }

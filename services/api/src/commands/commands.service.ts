@@ -18,6 +18,7 @@ import {
   inputDigest,
   normalizeToolInput,
   receiptStream,
+  RUN_STATE_DATA_TYPES,
   runStream,
   verifyReceipt,
   type Outcome,
@@ -245,6 +246,7 @@ export class CommandsService {
             const { events, result } = outcome;
             return { events, expectedRevision: state.revision, result };
           },
+          RUN_STATE_DATA_TYPES,
         );
       } catch (error) {
         if (!(error instanceof WrongExpectedRevisionError) || attempt >= MAX_ATTEMPTS) throw error;
@@ -257,7 +259,12 @@ export class CommandsService {
     const stream = runStream(caller.tenantId, runId);
     const folded = this.states.take(stream);
     const from = folded.state.revision + 1;
-    for await (const event of this.runLog.runEvents(caller.tenantId, runId, from)) {
+    for await (const event of this.runLog.runEvents(
+      caller.tenantId,
+      runId,
+      from,
+      RUN_STATE_DATA_TYPES,
+    )) {
       folded.add(event);
     }
     this.states.keep(stream, folded);

@@ -457,17 +457,21 @@ export class RunLogService {
    * `fromRevision` on (those its caller has not folded yet), read while this process holds
    * the run's other appends back: none of them lands between what it decided on and what it
    * appends, however busy the run. Another replica's append still fails the append's
-   * expected revision (WrongExpectedRevisionError), and the caller decides again.
+   * expected revision (WrongExpectedRevisionError), and the caller decides again. With
+   * `dataTypes`, only those types' events come with their data, as from `runEvents`.
    */
   async appendDecided<R>(
     tenantId: string,
     runId: string,
     fromRevision: number,
     decide: (newer: readonly RecordedEvent[]) => ServerDecision<R>,
+    dataTypes?: readonly string[],
   ): Promise<{ result: R; appended: AppendResponse }> {
     return this.serializer.run(runStream(tenantId, runId), async () => {
       const newer: RecordedEvent[] = [];
-      for await (const event of this.recorded(tenantId, runId, fromRevision)) newer.push(event);
+      for await (const event of this.recorded(tenantId, runId, fromRevision, PAGE, dataTypes)) {
+        newer.push(event);
+      }
       const { events, expectedRevision, result } = decide(newer);
       const appended = await this.appendServerEvents(tenantId, runId, events, expectedRevision);
       return { result, appended };
@@ -504,15 +508,17 @@ export class RunLogService {
 
   /**
    * The events of a run the tenant owns from a revision on, in order, a page at a time with a
-   * turn between pages (404 for a run it does not own).
+   * turn between pages (404 for a run it does not own); with `dataTypes`, only those types'
+   * events come with their data (the store's `dataTypes`).
    */
   async *runEvents(
     tenantId: string,
     runId: string,
     fromRevision = 0,
+    dataTypes?: readonly string[],
   ): AsyncGenerator<RecordedEvent> {
     await this.requireRun(tenantId, runId);
-    yield* this.recorded(tenantId, runId, fromRevision);
+    yield* this.recorded(tenantId, runId, fromRevision, PAGE, dataTypes);
   }
 
   /**
@@ -685,6 +691,7 @@ export class RunLogService {
     runId: string,
     fromRevision = 0,
     pageSize = PAGE,
+    dataTypes?: readonly string[],
   ): AsyncGenerator<RecordedEvent> {
     const stream = runStream(tenantId, runId);
     for (let from = fromRevision; ;) {
@@ -692,6 +699,7 @@ export class RunLogService {
         fromRevision: from,
         maxCount: pageSize,
         maxChars: PAGE_CHARS,
+        dataTypes,
       });
       // A short page is not the end when its events are large: only an empty one is.
       if (page.length === 0) return;
