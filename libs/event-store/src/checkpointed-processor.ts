@@ -54,6 +54,8 @@ export interface ProcessorObserver {
 export interface ProcessorOptions {
   /** Only streams whose name starts with this. */
   streamPrefix?: string;
+  /** Only these types' events come with their data (the store's `dataTypes`). */
+  dataTypes?: readonly string[];
   /** Most events per batch. */
   batchSize?: number;
   /**
@@ -183,6 +185,7 @@ export class CheckpointedProcessor {
       const subscription = this.log.subscribeToAll({
         fromPosition: this.taken === 0 ? 'start' : this.taken,
         streamPrefix: this.options.streamPrefix,
+        dataTypes: this.options.dataTypes,
       });
       this.subscription = subscription;
       const before = this.taken;

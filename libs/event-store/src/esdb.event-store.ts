@@ -216,11 +216,7 @@ export class EsdbEventStore implements EventStore {
       },
       options.maxChars,
     );
-    if (options.dataTypes === undefined) return events;
-    // The server sends every event whole: the others' data is dropped here, so that a reader
-    // sees the same events from either store.
-    const withData = new Set(options.dataTypes);
-    return events.map((event) => (withData.has(event.type) ? event : { ...event, data: null }));
+    return options.dataTypes === undefined ? events : events.map(selectData(options.dataTypes));
   }
 
   private async readStreamOrEmpty(
@@ -323,8 +319,11 @@ export class EsdbEventStore implements EventStore {
       fromPosition: from === 'start' ? START : from === 'end' ? END : toReadPosition(from),
       filter: userEventsFilter(options.streamPrefix),
     });
-    const subscription = new EsdbSubscription(source, options.streamPrefix, () =>
-      this.subscriptions.delete(subscription),
+    const subscription = new EsdbSubscription(
+      source,
+      options.streamPrefix,
+      options.dataTypes === undefined ? (event) => event : selectData(options.dataTypes),
+      () => this.subscriptions.delete(subscription),
     );
     this.subscriptions.add(subscription);
     return subscription;
@@ -371,6 +370,7 @@ class EsdbSubscription implements Subscription {
   constructor(
     private readonly source: EsdbSubscriptionSource,
     private readonly prefix: string | undefined,
+    private readonly select: (event: RecordedEvent) => RecordedEvent,
     private readonly onClose: () => void,
   ) {}
 
@@ -379,7 +379,7 @@ class EsdbSubscription implements Subscription {
       // The server's stream hands over one event at a time: a page each.
       for await (const resolved of this.source) {
         const event = toRecorded(resolved);
-        if (event && isVisible(event, this.prefix)) yield [event];
+        if (event && isVisible(event, this.prefix)) yield [this.select(event)];
       }
     } catch (error) {
       // close() destroys the stream under a pending read: that ends the iteration, it is not a failure.
@@ -492,6 +492,15 @@ function toStoreError(error: unknown): unknown {
   if (!unreachable) return error;
   const reason = error instanceof Error && error.message ? `: ${error.message}` : '';
   return new StoreUnavailableError(`EventStoreDB did not answer${reason}`, { cause: error });
+}
+
+/**
+ * The port's `dataTypes` for a server that sends every event whole: the other types' data is
+ * dropped here, so that a reader sees the same events from either store.
+ */
+function selectData(dataTypes: readonly string[]): (event: RecordedEvent) => RecordedEvent {
+  const withData = new Set(dataTypes);
+  return (event) => (withData.has(event.type) ? event : { ...event, data: null });
 }
 
 function toRecorded(resolved: ResolvedEvent | AllStreamResolvedEvent): RecordedEvent | null {

@@ -474,6 +474,24 @@ describe('EsdbEventStore (stubbed client)', () => {
       expect(source.destroyed).toBe(true);
     });
 
+    it('answers null for the data of the types not asked for', async () => {
+      const { client, store } = setUp();
+      const source = stubSubscription();
+      client.subscription = source;
+      const subscription = store.subscribeToAll({ dataTypes: ['run.started'] });
+      source.write(resolved('run-1', 0, 600, { id: 'a', type: 'run.started', data: { n: 1 } }));
+      source.write(resolved('run-1', 1, 700, { id: 'b', type: 'model.call', data: { n: 2 } }));
+      const seen: RecordedEvent[] = [];
+      for await (const page of subscription) {
+        seen.push(...page);
+        if (seen.length === 2) break;
+      }
+      expect(seen.map((e) => [e.id, e.data])).toEqual([
+        ['a', { n: 1 }],
+        ['b', null],
+      ]);
+    });
+
     it('maps start and end, and a failing server to StoreUnavailableError', async () => {
       const { client, store } = setUp();
       client.subscription = stubSubscription();

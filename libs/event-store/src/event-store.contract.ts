@@ -425,6 +425,37 @@ export function describeEventStoreContract(
       );
 
       it(
+        "answers only the data of the types asked for, the others' null, live as in catch-up",
+        async () => {
+          const typed = (type: string, n: number) => event(n, { type, data: { n } });
+          await store.append(stream('d'), [typed('test.kept', 0), typed('test.other', 1)]);
+          const subscription = store.subscribeToAll({
+            fromPosition: 'start',
+            streamPrefix: stream('d'),
+            dataTypes: ['test.kept'],
+          });
+          const seen: RecordedEvent[] = [];
+          const collecting = (async () => {
+            for await (const page of subscription) {
+              seen.push(...page);
+              if (seen.length >= 4) break;
+            }
+          })();
+          await store.append(stream('d'), [typed('test.other', 2), typed('test.kept', 3)]);
+          await collecting;
+          await subscription.close();
+          expect(seen.map((e) => [e.type, e.data])).toEqual([
+            ['test.kept', { n: 0 }],
+            ['test.other', null],
+            ['test.other', null],
+            ['test.kept', { n: 3 }],
+          ]);
+          expect(seen.map((e) => e.metadata)).toEqual(seen.map(() => ({ by: 'contract' })));
+        },
+        timeout,
+      );
+
+      it(
         'resumes after a checkpoint position without repeating it',
         async () => {
           const first = await store.append(stream('r'), events(3));

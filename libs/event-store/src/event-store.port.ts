@@ -91,11 +91,8 @@ export interface PageBudget {
   maxChars?: number;
 }
 
-export interface ReadStreamOptions extends PageBudget {
-  /** Inclusive. Defaults to 0 forwards, to the last event backwards. */
-  fromRevision?: number;
-  direction?: 'forwards' | 'backwards';
-  maxCount?: number;
+/** Which events a read answers with their data. */
+export interface DataSelection {
   /**
    * Only events of these types come with their data; every other one comes with `data: null`
    * (its revision, position and metadata as ever, its `size` without the data). The embedded
@@ -103,6 +100,13 @@ export interface ReadStreamOptions extends PageBudget {
    * of megabyte model calls without their megabytes.
    */
   dataTypes?: readonly string[];
+}
+
+export interface ReadStreamOptions extends PageBudget, DataSelection {
+  /** Inclusive. Defaults to 0 forwards, to the last event backwards. */
+  fromRevision?: number;
+  direction?: 'forwards' | 'backwards';
+  maxCount?: number;
 }
 
 export interface ReadAllOptions extends PageBudget {
@@ -145,7 +149,7 @@ export interface HeadPositionOptions {
   streamPrefix?: string;
 }
 
-export interface SubscribeOptions {
+export interface SubscribeOptions extends DataSelection {
   /** Exclusive: the subscription yields the events after this position (a checkpoint). */
   fromPosition?: number | 'start' | 'end';
   streamPrefix?: string;

@@ -76,20 +76,28 @@ type EventRow = [
   data: string,
   metadata: string,
   recordedAt: string,
-  /** The stored data's length, when the row comes without it (EVENT_COLUMNS_DATA_OF). */
+  /** The stored data's length, when the row comes without it (eventColumnsWithDataOf). */
   storedDataLength?: number,
 ];
 
 const EVENT_COLUMNS = 'position, stream, revision, id, type, data, metadata, recorded_at';
 /**
- * EVENT_COLUMNS with the data of some types only (a JSON array of them, the first parameter),
- * `null` for the rest: SQLite reads a column only when its expression needs it. The metadata,
- * stored after the data, is still reached by walking the pages the data overflows into, so the
- * row also answers the data's stored length (from the record's header) for the page budget.
+ * EVENT_COLUMNS with the data of `count` types only (the first parameters), `null` for the
+ * rest: SQLite reads a column only when its expression needs it. The metadata, stored after
+ * the data, is still reached by walking the pages the data overflows into, so the row also
+ * answers the data's stored length (from the record's header) for the page budget.
  */
-const EVENT_COLUMNS_DATA_OF = `position, stream, revision, id, type,
-  CASE WHEN type IN (SELECT value FROM json_each(?)) THEN data ELSE 'null' END, metadata,
-  recorded_at, octet_length(data)`;
+function eventColumnsWithDataOf(count: number): string {
+  const types = Array.from({ length: count }, () => '?').join(', ');
+  return `position, stream, revision, id, type,
+    CASE WHEN type IN (${types}) THEN data ELSE 'null' END, metadata, recorded_at, octet_length(data)`;
+}
+/** A stream's events forwards from a revision, and backwards from one. */
+const STREAM_FORWARDS = 'WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?';
+const STREAM_BACKWARDS = 'WHERE stream = ? AND revision <= ? ORDER BY revision DESC LIMIT ?';
+/** The log after a position, and only the streams starting with a prefix. */
+const AFTER = 'WHERE position > ? ORDER BY position LIMIT ?';
+const AFTER_PREFIXED = 'WHERE position > ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?';
 const STREAM = 1;
 const DATA = 5;
 const METADATA = 6;
@@ -141,12 +149,12 @@ export class SqliteEventStore implements EventStore {
   private readonly writer: WriterThread | null;
   /** Called when the writer thread has nothing in flight and nothing pending. */
   private drained: (() => void) | null = null;
+  /** Statements that read the data of some types only (withDataOf), by their count and query. */
+  private readonly dataOf = new Map<string, Statement<unknown[], EventRow>>();
   private readonly statements: {
     byId: Statement<[string, string], EventRow>;
     stream: Statement<[string, number, number], EventRow>;
     streamBackwards: Statement<[string, number, number], EventRow>;
-    streamDataOf: Statement<[string, string, number, number], EventRow>;
-    streamBackwardsDataOf: Statement<[string, string, number, number], EventRow>;
     all: Statement<[number, number], EventRow>;
     allPrefixed: Statement<[number, number, string, number], EventRow>;
     after: Statement<[number, number], EventRow>;
@@ -170,24 +178,18 @@ export class SqliteEventStore implements EventStore {
     migrateSqliteLog(this.db);
     this.db.exec(EVENTS_SCHEMA);
     this.committed.setMaxListeners(0);
-    const events = <P extends unknown[]>(where: string, columns = EVENT_COLUMNS) =>
-      this.db.prepare<P, EventRow>(`SELECT ${columns} FROM events ${where}`).raw();
-    const forwards = 'WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?';
-    const backwards = 'WHERE stream = ? AND revision <= ? ORDER BY revision DESC LIMIT ?';
+    const events = <P extends unknown[]>(where: string) =>
+      this.db.prepare<P, EventRow>(`SELECT ${EVENT_COLUMNS} FROM events ${where}`).raw();
     this.statements = {
       byId: events('WHERE id_scope = ? AND id = ?'),
-      stream: events(forwards),
-      streamBackwards: events(backwards),
-      streamDataOf: events(forwards, EVENT_COLUMNS_DATA_OF),
-      streamBackwardsDataOf: events(backwards, EVENT_COLUMNS_DATA_OF),
+      stream: events(STREAM_FORWARDS),
+      streamBackwards: events(STREAM_BACKWARDS),
       all: events('WHERE position >= ? ORDER BY position LIMIT ?'),
       allPrefixed: events(
         'WHERE position >= ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?',
       ),
-      after: events('WHERE position > ? ORDER BY position LIMIT ?'),
-      afterPrefixed: events(
-        'WHERE position > ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?',
-      ),
+      after: events(AFTER),
+      afterPrefixed: events(AFTER_PREFIXED),
       ofThread: events(
         `WHERE json_extract(metadata, '$.tenantId') = ? AND json_extract(metadata, '$.threadId') = ?
            AND position >= ? ORDER BY position LIMIT ?`,
@@ -339,22 +341,33 @@ export class SqliteEventStore implements EventStore {
     this.drained?.();
   }
 
+  /** A statement of `where` that reads the data of `count` types only, prepared once. */
+  private withDataOf(where: string, count: number): Statement<unknown[], EventRow> {
+    const key = `${count} ${where}`;
+    let statement = this.dataOf.get(key);
+    if (statement === undefined) {
+      statement = this.db
+        .prepare<unknown[], EventRow>(
+          `SELECT ${eventColumnsWithDataOf(count)} FROM events ${where}`,
+        )
+        .raw();
+      this.dataOf.set(key, statement);
+    }
+    return statement;
+  }
+
   async readStream(stream: string, options: ReadStreamOptions = {}): Promise<RecordedEvent[]> {
     const limit = options.maxCount ?? Number.MAX_SAFE_INTEGER;
     const backwards = options.direction === 'backwards';
     const from = options.fromRevision ?? (backwards ? Number.MAX_SAFE_INTEGER : 0);
-    const { dataTypes } = options;
-    const rows =
-      dataTypes === undefined
-        ? (backwards ? this.statements.streamBackwards : this.statements.stream).iterate(
-            stream,
-            from,
-            limit,
-          )
-        : (backwards
-            ? this.statements.streamBackwardsDataOf
-            : this.statements.streamDataOf
-          ).iterate(JSON.stringify(dataTypes), stream, from, limit);
+    const selected = options.dataTypes ?? [];
+    const statement: Statement<unknown[], EventRow> =
+      options.dataTypes === undefined
+        ? backwards
+          ? this.statements.streamBackwards
+          : this.statements.stream
+        : this.withDataOf(backwards ? STREAM_BACKWARDS : STREAM_FORWARDS, selected.length);
+    const rows = statement.iterate(...selected, stream, from, limit);
     return decoded(takeWithin(rows, options.maxChars).rows);
   }
 
@@ -430,11 +443,18 @@ export class SqliteEventStore implements EventStore {
     this.committed.once('close', stop);
 
     /** The next rows after the cursor, and whether more may follow them at once. */
+    const selected = options.dataTypes ?? [];
+    const statement: Statement<unknown[], EventRow> =
+      options.dataTypes === undefined
+        ? prefix
+          ? this.statements.afterPrefixed
+          : this.statements.after
+        : this.withDataOf(prefix ? AFTER_PREFIXED : AFTER, selected.length);
     const readNext = (): { rows: EventRow[]; full: boolean } => {
       const { rows, full } = takeWithin(
         prefix
-          ? this.statements.afterPrefixed.iterate(cursor, prefix.length, prefix, READ_BATCH)
-          : this.statements.after.iterate(cursor, READ_BATCH),
+          ? statement.iterate(...selected, cursor, prefix.length, prefix, READ_BATCH)
+          : statement.iterate(...selected, cursor, READ_BATCH),
         PAGE_CHARS,
       );
       return { rows, full: full || rows.length === READ_BATCH };
