@@ -9,7 +9,7 @@
  * running run is pending (neither resolved nor overtaken by its tool's finish); finished once
  * every run of the thread has ended.
  */
-import { isEventType, type EndStatus } from '../event-types';
+import { isEventType, type EndStatus, type EventType } from '../event-types';
 import { toolLabel } from '../tool-labels';
 import type { ProjectedEvent } from '../projections/thread-state';
 
@@ -63,6 +63,19 @@ export interface NotificationThread {
 export const MAX_ENDED_RUNS = 64;
 /** Longest summary; a longer one is cut and ends with '…'. */
 export const SUMMARY_MAX = 280;
+
+/**
+ * The types whose data `foldNotification` reads; of every other event it reads only the
+ * position, id, time and metadata. The client surface follows the whole log on the api's
+ * event loop and asks the store for these types' data alone.
+ */
+export const NOTIFICATION_DATA_TYPES: readonly EventType[] = [
+  'run.started',
+  'run.finished',
+  'approval.requested',
+  'approval.resolved',
+  'tool.finished',
+];
 
 /** Types that only move the position: they name no run the thread view would add. */
 const NOT_RUN_ACTIVITY = new Set(['turn.steered', 'model.call', 'append.rejected']);

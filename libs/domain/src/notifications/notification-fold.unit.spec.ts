@@ -4,6 +4,7 @@
  */
 import fc from 'fast-check';
 import { applyToThread, emptyThread } from '../projections/thread-fold';
+import type { EventType } from '../event-types';
 import type { ProjectedEvent } from '../projections/thread-state';
 import { TENANT, THREAD, ThreadLog } from '../projections/testing/thread-events';
 import { threadSequences } from '../projections/testing/thread-sequences';
@@ -12,6 +13,7 @@ import {
   foldNotification,
   threadUserOf,
   MAX_ENDED_RUNS,
+  NOTIFICATION_DATA_TYPES,
   SUMMARY_MAX,
   type Notification,
 } from './notification-fold';
@@ -183,6 +185,24 @@ describe('foldNotification', () => {
         expect(items).toEqual(expected);
       }),
       { numRuns: 300 },
+    );
+  });
+
+  it("reads the data of NOTIFICATION_DATA_TYPES' events alone: without any other's, the same items and state", () => {
+    fc.assert(
+      fc.property(threadSequences, (events) => {
+        const fold = (from: readonly ProjectedEvent[]) => {
+          const state = emptyNotificationThread(TENANT, THREAD);
+          const items = from.map((event) => foldNotification(state, event));
+          return { state, items };
+        };
+        const withoutData = events.map((event) =>
+          NOTIFICATION_DATA_TYPES.includes(event.type as EventType)
+            ? event
+            : { ...event, data: null as unknown as ProjectedEvent['data'] },
+        );
+        expect(fold(withoutData)).toEqual(fold(events));
+      }),
     );
   });
 });

@@ -8,6 +8,8 @@
  */
 import {
   BINDING_STREAM_PREFIX,
+  CHANNEL_BOUND,
+  NOTIFICATION_DATA_TYPES,
   RUN_STREAM_PREFIX,
   channelBoundOf,
   emptyNotificationThread,
@@ -59,7 +61,9 @@ export class SurfaceFollower implements BatchHandler {
         },
         failed: (error, position) => this.observer.failed(error, position),
       },
-      { batchSize: BATCH_SIZE },
+      // The notification fold and the bindings read a few types' data: the follower reads
+      // every appended event back on the api's loop, mostly tool outputs and model calls.
+      { batchSize: BATCH_SIZE, dataTypes: [...NOTIFICATION_DATA_TYPES, CHANNEL_BOUND] },
     );
   }
 
