@@ -56,14 +56,14 @@ import type {
  * Bumped when the tables change shape or the fold writes them differently: an older file is
  * dropped and rebuilt from the log.
  */
-const SCHEMA_VERSION = 14;
+const SCHEMA_VERSION = 15;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (
     tenant_id        TEXT    NOT NULL,
     thread_id        TEXT    NOT NULL,
     status           TEXT    NOT NULL,
-    title            TEXT,
+    title            TEXT, -- JSON: a text column would not keep a lone surrogate
     last_activity_at TEXT    NOT NULL,
     pending_count    INTEGER NOT NULL,
     position         INTEGER NOT NULL,
@@ -137,6 +137,7 @@ export interface ReadModelStoreOptions {
 
 interface ThreadRow {
   thread_id: string;
+  /** The title as JSON (see the schema). */
   title: string | null;
   status: ThreadStatus;
   last_activity_at: string;
@@ -401,7 +402,7 @@ export class ReadModelStore implements ReadModelWriter<StoredThreadRows>, Thread
       .all(...params) as ThreadRow[];
     return rows.map((row) => ({
       threadId: row.thread_id,
-      title: row.title,
+      title: row.title === null ? null : (JSON.parse(row.title) as string | null),
       status: row.status,
       lastActivityAt: row.last_activity_at,
       pendingApprovalCount: row.pending_count,
@@ -816,7 +817,10 @@ export class StoredThreadRows implements ThreadRows {
       tenantId,
       threadId,
       header.status,
-      header.title,
+      // As JSON, as the header's own copy is: a title is free text, and SQLite would store
+      // a lone surrogate as bytes it reads back as three replacement characters, so the list
+      // would show another title than the thread.
+      header.title == null ? null : JSON.stringify(header.title),
       header.lastActivityAt,
       header.pendingApprovals.length,
       header.position,

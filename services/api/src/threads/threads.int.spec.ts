@@ -142,6 +142,21 @@ describe('GET /v1/threads', () => {
     });
   });
 
+  it('lists a title as the thread view shows it, a lone surrogate included', async () => {
+    // Given a title that is valid JSON but not valid UTF-8 as it stands
+    const threadId = `title-${randomUUID()}`;
+    const title = 'draft \ud800 and \udc00 end';
+    const { position } = await startRun(threadId, t, title);
+
+    // When the thread is listed and viewed
+    const list = await t.http().get(`/v1/threads?limit=1&minPosition=${position}`).set(t.auth());
+    const view = await t.http().get(`/v1/threads/${threadId}`).set(t.auth());
+
+    // Then both show the title that was recorded
+    expect(view.body.title).toBe(title);
+    expect(list.body.threads[0]).toMatchObject({ threadId, title });
+  });
+
   it('refuses a list cursor issued to another tenant, spelt otherwise, or never issued', async () => {
     // Given a cursor the list issued to tenant A
     let last = 0;
