@@ -276,7 +276,7 @@ function endRun(fold: Fold, status: EndStatus): void {
   if (state.pendingApprovals.some((approval) => approval.runId === runId)) {
     state.pendingApprovals = state.pendingApprovals.filter((approval) => approval.runId !== runId);
   }
-  forgetOldRuns(rows);
+  forgetOldRuns(rows, runId);
 }
 
 /**
@@ -287,10 +287,17 @@ function endRun(fold: Fold, status: EndStatus): void {
  */
 export const FINISHED_RUNS_KEPT = 100;
 
-function forgetOldRuns(rows: ThreadRows): void {
+function forgetOldRuns(rows: ThreadRows, justFinished: string): void {
   let finished = rows.header.runs.length - rows.counts.activeRuns;
   while (finished > FINISHED_RUNS_KEPT) {
-    const oldest = rows.header.runs.find((run) => run.status !== 'running')!;
+    // The one that finished longest ago, not the one that started first: a long run that
+    // started before a hundred short ones would otherwise leave the header as it finished.
+    let oldest: RunSummary | undefined;
+    for (const run of rows.header.runs) {
+      if (run.status === 'running' || run.runId === justFinished) continue;
+      if (oldest === undefined || (run.finishedAt ?? '') < (oldest.finishedAt ?? '')) oldest = run;
+    }
+    if (oldest === undefined) return;
     rows.dropRun(oldest.runId);
     finished -= 1;
   }

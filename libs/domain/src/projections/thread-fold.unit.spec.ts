@@ -932,6 +932,19 @@ describe('status, title and runs', () => {
     expect(state.status).toBe('running');
   });
 
+  it(`given ${FINISHED_RUNS_KEPT} finished runs, when a run started before them finishes, then the header keeps it and lets go of the one that finished first`, () => {
+    const history = [log.runStarted('long')];
+    for (let i = 0; i < FINISHED_RUNS_KEPT; i += 1) {
+      history.push(log.runStarted(`r${i}`), log.runFinished(`r${i}`));
+    }
+    const state = given(...history).when(log.runFinished('long'));
+    expect(state.runs.map((run) => run.runId)).toEqual([
+      'long',
+      ...Array.from({ length: FINISHED_RUNS_KEPT - 1 }, (_, i) => `r${i + 1}`),
+    ]);
+    expect(state.status).toBe('finished');
+  });
+
   it('given a started run with nothing in progress, then the thread is idle', () => {
     expect(given().when(log.runStarted('r1')).status).toBe('idle');
   });
