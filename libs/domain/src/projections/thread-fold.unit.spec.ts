@@ -945,6 +945,20 @@ describe('status, title and runs', () => {
     expect(state.status).toBe('finished');
   });
 
+  it(`given ${FINISHED_RUNS_KEPT} finished runs, when a run finishes in the same millisecond as the first of them, then the header keeps the run finishing`, () => {
+    const history = [log.runStarted('long')];
+    for (let i = 0; i < FINISHED_RUNS_KEPT; i += 1) {
+      history.push(log.runStarted(`r${i}`), log.runFinished(`r${i}`));
+    }
+    // Two replicas' clocks, or one batch: finish times alone do not order these two.
+    const finishing = { ...log.runFinished('long'), recordedAt: history[2].recordedAt };
+    const state = given(...history).when(finishing);
+    expect(state.runs.map((run) => run.runId)).toEqual([
+      'long',
+      ...Array.from({ length: FINISHED_RUNS_KEPT - 1 }, (_, i) => `r${i + 1}`),
+    ]);
+  });
+
   it('given a started run with nothing in progress, then the thread is idle', () => {
     expect(given().when(log.runStarted('r1')).status).toBe('idle');
   });
