@@ -14,6 +14,7 @@
 // client (the indexes bring in ~1,000 modules, this ~40).
 import {
   applyToRows,
+  THREAD_DATA_TYPES,
   threadKey,
   threadOf,
   type ProjectedEvent,
@@ -64,6 +65,7 @@ export class Projector<Rows extends ThreadRows = ThreadRows> implements BatchHan
     this.sliceMs = options.sliceMs ?? 8;
     this.processor = new CheckpointedProcessor(log, this, observer, {
       streamPrefix: RUN_STREAM_PREFIX,
+      dataTypes: THREAD_DATA_TYPES,
       batchSize: options.batchSize ?? 1000,
       maxBatchMs: options.maxBatchMs ?? 100,
       gather: GATHER_UNDER_LOAD,

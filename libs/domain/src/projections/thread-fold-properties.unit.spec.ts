@@ -11,7 +11,8 @@ import { fold, TENANT, THREAD, ThreadLog, toolParts } from './testing/thread-eve
 import { callId, threadSequences as sequences, toolName } from './testing/thread-sequences';
 import { uiMessageProblems } from './testing/ui-messages';
 import { isToolPart } from './message-text';
-import { applyToThread, emptyThread, evolveThread } from './thread-fold';
+import type { EventType } from '../event-types';
+import { applyToThread, emptyThread, evolveThread, THREAD_DATA_TYPES } from './thread-fold';
 import type { ProjectedEvent, ThreadState, ToolPart } from './thread-state';
 
 // ---------------------------------------------------------------------------------------
@@ -86,6 +87,20 @@ describe('thread fold properties', () => {
       fc.property(sequences, fc.array(fc.nat(), { maxLength: 6 }), (events, cuts) => {
         const live = fold(events);
         expect(JSON.stringify(foldInChunks(events, cuts))).toBe(JSON.stringify(live));
+      }),
+      { numRuns: propertyRuns(400) },
+    );
+  });
+
+  it("reads the data of THREAD_DATA_TYPES' events alone: without any other's, the same view", () => {
+    fc.assert(
+      fc.property(sequences, (events) => {
+        const withoutData = events.map((event) =>
+          THREAD_DATA_TYPES.includes(event.type as EventType)
+            ? event
+            : { ...event, data: null as unknown as ProjectedEvent['data'] },
+        );
+        expect(fold(withoutData)).toEqual(fold(events));
       }),
       { numRuns: propertyRuns(400) },
     );

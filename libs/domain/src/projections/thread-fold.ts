@@ -243,6 +243,15 @@ export const THREAD_EVENT_HANDLING: Readonly<Record<EventType, 'folded' | 'ignor
     ) as Record<EventType, 'folded' | 'ignored'>,
   );
 
+/**
+ * The types whose data the thread view reads: those it folds. An ignored event moves only the
+ * position and last activity, so the projector reads model calls (a coding agent's run is
+ * mostly their contexts, up to a megabyte each) without their data.
+ */
+export const THREAD_DATA_TYPES: readonly EventType[] = Object.freeze(
+  EVENT_TYPES.filter((type) => THREAD_EVENT_HANDLING[type] === 'folded'),
+);
+
 // ---------------------------------------------------------------------------------------
 // Runs and status
 
