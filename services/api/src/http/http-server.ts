@@ -6,8 +6,9 @@
  * of ours is the easy one to stall (docs/limits.md).
  */
 import { randomUUID } from 'node:crypto';
-import { createServer, type IncomingMessage } from 'node:http';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { Readable } from 'node:stream';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Metrics } from '@runledger/observability';
 import type {
@@ -139,6 +140,7 @@ export function guardHttp(app: NestFastifyApplication, config: AppConfig): void 
   refuseWhileClosing(fastify, metrics);
   authenticateRequests(fastify, app.get(AccessPolicy), metrics);
   guardRequestBodies(fastify, config);
+  cutOffStalledStreams(fastify, config.sse.sendTimeoutMs);
   // Every answer names its request, so a client's report or a gateway's log finds ours.
   fastify.addHook('onSend', (request, reply, payload, done) => {
     void reply.header('X-Request-Id', request.id);
@@ -188,6 +190,35 @@ function refusePipelineFloods(fastify: FastifyInstance, metrics: Metrics): void 
     });
     done();
   });
+}
+
+/**
+ * An answer streamed as its client's socket takes it (a run's replay, a thread's export, a
+ * page of the log at a time) waits, with what it has read, while the socket is full. A client
+ * that stopped reading held that page and the lines made of it, about 10 MB, for as long as it
+ * kept the connection: 40 such replays held 300 MB for as long as they liked. Like an SSE
+ * stream, the answer is cut off once its socket took nothing for SSE_SEND_TIMEOUT_MS while
+ * bytes waited; the client reads on from the last line it has (`?fromRevision=`).
+ */
+function cutOffStalledStreams(fastify: FastifyInstance, sendTimeoutMs: number): void {
+  fastify.addHook('onSend', (_request, reply, payload, done) => {
+    if (payload instanceof Readable) watchSends(reply.raw, sendTimeoutMs);
+    done(null, payload);
+  });
+}
+
+function watchSends(response: ServerResponse, sendTimeoutMs: number): void {
+  let tookSome = Date.now();
+  response.on('drain', () => (tookSome = Date.now()));
+  const timer = setInterval(
+    () => {
+      if (!response.writableNeedDrain) tookSome = Date.now();
+      else if (Date.now() - tookSome >= sendTimeoutMs) response.destroy();
+    },
+    Math.min(1000, sendTimeoutMs),
+  );
+  timer.unref();
+  response.once('close', () => clearInterval(timer));
 }
 
 /**
