@@ -222,6 +222,42 @@ describe('SQLite stream reads without the data of some types', () => {
   });
 });
 
+describe('SQLite reads at once', () => {
+  it('are answered in the turn they were asked while they are small, and spread over turns once they are not', async () => {
+    const store = new SqliteEventStore({ file: join(dir, 'read-turns.db') });
+    try {
+      const text = 'x'.repeat(2 ** 18);
+      await store.append(
+        runStream('acme', 'large'),
+        Array.from({ length: 12 }, (_, n) => ({
+          id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
+          type: 'message.added',
+          data: { n, text },
+          metadata: {},
+        })),
+      );
+      await store.append(runStream('acme', 'small'), [
+        { id: '00000000-0000-7000-8000-100000000000', type: 'run.started', data: {}, metadata: {} },
+      ]);
+      // Read in a later turn, a small read left a client that half-closed its socket unanswered.
+      let turned = false;
+      setImmediate(() => (turned = true));
+      expect(await store.readStream(runStream('acme', 'small'))).toHaveLength(1);
+      expect(turned).toBe(false);
+
+      await new Promise((resolve) => setImmediate(resolve));
+      // Twenty pages of 3 MiB were read back to back in one turn; now a turn reads a slice.
+      const { turns, mark } = loopTurns();
+      await Promise.all(
+        Array.from({ length: 20 }, () => store.readStream(runStream('acme', 'large')).then(mark)),
+      );
+      expect(turns.filter(Boolean).length).toBeGreaterThan(5);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
 describe('SQLite appends of large events', () => {
   it.each([['inline'], ['thread']] as const)(
     'serialize a batch of megabyte events in slices, so a small append made after it is not held behind it (%s writer)',
