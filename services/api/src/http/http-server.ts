@@ -194,17 +194,34 @@ function refusePipelineFloods(fastify: FastifyInstance, metrics: Metrics): void 
 
 /**
  * An answer streamed as its client's socket takes it (a run's replay, a thread's export, a
- * page of the log at a time) waits, with what it has read, while the socket is full. A client
- * that stopped reading held that page and the lines made of it, about 10 MB, for as long as it
- * kept the connection: 40 such replays held 300 MB for as long as they liked. Like an SSE
- * stream, the answer is cut off once its socket took nothing for SSE_SEND_TIMEOUT_MS while
- * bytes waited; the client reads on from the last line it has (`?fromRevision=`).
+ * page of the log at a time) waits, with what it has read, while the socket is full; so does a
+ * large JSON answer (a page of events, up to 16 MiB). A client that stopped reading held it,
+ * about 10 MB a replay and 22 MB a page, for as long as it kept the connection: 40 replays
+ * held 300 MB, 40 pages 900 MB, for as long as they liked. Like an SSE stream, the answer is
+ * cut off once its socket took nothing for SSE_SEND_TIMEOUT_MS while bytes waited; the
+ * client reads on from where it was (`?fromRevision=`).
  */
 function cutOffStalledStreams(fastify: FastifyInstance, sendTimeoutMs: number): void {
   fastify.addHook('onSend', (_request, reply, payload, done) => {
-    if (payload instanceof Readable) watchSends(reply.raw, sendTimeoutMs);
-    done(null, payload);
+    let sent = payload;
+    if ((typeof sent === 'string' || Buffer.isBuffer(sent)) && sent.length > STREAMED_ABOVE) {
+      // Written whole, 16 MiB of JSON is one write: the socket's progress shows only at its
+      // end, and a slow reader could not be told from one that stopped.
+      const bytes = typeof sent === 'string' ? Buffer.from(sent) : sent;
+      void reply.header('Content-Length', bytes.length);
+      sent = Readable.from(slices(bytes));
+    }
+    if (sent instanceof Readable) watchSends(reply.raw, sendTimeoutMs);
+    done(null, sent);
   });
+}
+
+/** A JSON answer longer than this (a page of large events) goes out as a stream of slices. */
+const STREAMED_ABOVE = 1024 * 1024;
+const SLICE_BYTES = 64 * 1024;
+
+function* slices(bytes: Buffer): Generator<Buffer> {
+  for (let at = 0; at < bytes.length; at += SLICE_BYTES) yield bytes.subarray(at, at + SLICE_BYTES);
 }
 
 function watchSends(response: ServerResponse, sendTimeoutMs: number): void {
