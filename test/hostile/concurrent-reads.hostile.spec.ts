@@ -1,9 +1,9 @@
 /**
  * Many reads of a run's large pages at once, by one reader. The SQLite store reads and
- * decodes a page synchronously (20 ms and more for 4 MiB of events), and the reads of
- * requests that arrived together all ran in the same turn of the event loop: twenty replays
- * of this 12 MB run starting together held it for about 470 ms, forty pages of a 24 MB run
- * for about 900 ms. Now the store's reads take a turn each.
+ * decodes a page synchronously, and the reads of requests that arrived together all ran in
+ * the same turn of the event loop: twenty replays of this 12 MB run starting together held
+ * it for about 470 ms, forty pages of a 24 MB run for about 900 ms. Now the store's reads
+ * take a turn each.
  */
 import type { RunningService } from '../support/service-process';
 import { request } from '../support/service-process';
@@ -12,30 +12,19 @@ import {
   KEY,
   MIB,
   startHostileService,
-  startRun,
+  startLargeRun,
   underWatch,
 } from './hostile-support';
 
 const RSS_BOUND = 1500 * MIB;
 const EVENTS = 200;
-const TEXT = 'x'.repeat(60_000);
+const TEXT_CHARS = 60_000;
 const READERS = 20;
 
 let service: RunningService;
 beforeAll(async () => {
   service = await startHostileService();
-  await startRun(service, 'big');
-  for (let at = 0; at < EVENTS; at += 20) {
-    const events = Array.from({ length: 20 }, (_, i) => ({
-      type: 'message.added',
-      data: { messageId: `m${at + i}`, role: 'assistant', text: TEXT },
-    }));
-    const res = await request(service.baseUrl, '/v1/runs/big/events', {
-      key: KEY,
-      body: { events },
-    });
-    if (res.status !== 201) throw new Error(`append answered ${res.status}`);
-  }
+  await startLargeRun(service, 'big', EVENTS, TEXT_CHARS);
 }, 60_000);
 
 afterAll(async () => {

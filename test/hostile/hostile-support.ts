@@ -290,6 +290,28 @@ export async function startRun(service: RunningService, runId: string): Promise<
     throw new Error(`run.started answered ${res.status}: ${await res.text()}`);
 }
 
+/** Starts `runId` and appends `events` messages of `textChars` characters, 20 a request. */
+export async function startLargeRun(
+  service: RunningService,
+  runId: string,
+  events: number,
+  textChars: number,
+): Promise<void> {
+  await startRun(service, runId);
+  const text = 'x'.repeat(textChars);
+  for (let at = 0; at < events; at += 20) {
+    const batch = Array.from({ length: Math.min(20, events - at) }, (_, i) => ({
+      type: 'message.added',
+      data: { messageId: `m${at + i}`, role: 'assistant', text },
+    }));
+    const res = await request(service.baseUrl, `/v1/runs/${runId}/events`, {
+      key: KEY,
+      body: { events: batch },
+    });
+    if (res.status !== 201) throw new Error(`append answered ${res.status}`);
+  }
+}
+
 export interface LogState {
   /** Every run event's position, up to the projector's (which has caught up with the head). */
   position: number;

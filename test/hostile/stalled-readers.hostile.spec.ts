@@ -7,28 +7,17 @@
  * SSE_SEND_TIMEOUT_MS while bytes waited.
  */
 import { connect } from 'node:net';
-import { request, type RunningService } from '../support/service-process';
-import { KEY, startHostileService, startRun } from './hostile-support';
+import type { RunningService } from '../support/service-process';
+import { KEY, startHostileService, startLargeRun } from './hostile-support';
 
 const SEND_TIMEOUT_MS = 1000;
 const EVENTS = 200;
-const TEXT = 'x'.repeat(60_000);
+const TEXT_CHARS = 60_000;
 
 let service: RunningService;
 beforeAll(async () => {
   service = await startHostileService({ SSE_SEND_TIMEOUT_MS: String(SEND_TIMEOUT_MS) });
-  await startRun(service, 'big');
-  for (let at = 0; at < EVENTS; at += 20) {
-    const events = Array.from({ length: 20 }, (_, i) => ({
-      type: 'message.added',
-      data: { messageId: `m${at + i}`, role: 'assistant', text: TEXT },
-    }));
-    const res = await request(service.baseUrl, '/v1/runs/big/events', {
-      key: KEY,
-      body: { events },
-    });
-    if (res.status !== 201) throw new Error(`append answered ${res.status}`);
-  }
+  await startLargeRun(service, 'big', EVENTS, TEXT_CHARS);
 }, 60_000);
 
 afterAll(async () => {
@@ -76,7 +65,7 @@ it.each(['/v1/runs/big/replay', '/v1/threads/t-big/export', '/v1/runs/big/events
   async (path) => {
     const read = await stallThenRead(path, 3 * SEND_TIMEOUT_MS + 1000);
     expect(read.cutOff).toBe(true);
-    expect(read.bytes).toBeLessThan(EVENTS * TEXT.length);
+    expect(read.bytes).toBeLessThan(EVENTS * TEXT_CHARS);
   },
   30_000,
 );
@@ -86,7 +75,7 @@ it.each(['/v1/runs/big/replay', '/v1/runs/big/events?limit=1000'])(
   async (path) => {
     const read = await stallThenRead(path, 0);
     expect(read.cutOff).toBe(false);
-    expect(read.bytes).toBeGreaterThan(EVENTS * TEXT.length);
+    expect(read.bytes).toBeGreaterThan(EVENTS * TEXT_CHARS);
   },
   30_000,
 );
