@@ -76,7 +76,7 @@ export interface AppendOptions {
  * beyond its last event: a page of events of a megabyte each is a few events, not hundreds
  * of megabytes in memory and one string too long to serialize. A page is read in one stretch
  * of its reader's event loop, and the client surface, the mirror and the SSE fan-out read
- * every event on the api's: at 4 MiB a page of non-ASCII text held it 70–90 ms.
+ * every event on the api's: at 4 MiB a page of non-ASCII text held it 60–130 ms.
  */
 export const PAGE_CHARS = 1024 * 1024;
 

@@ -447,7 +447,6 @@ export class SqliteEventStore implements EventStore {
     };
     this.committed.once('close', stop);
 
-    /** The next rows after the cursor, and whether more may follow them at once. */
     const selected = options.dataTypes ?? [];
     const statement: Statement<unknown[], EventRow> =
       options.dataTypes === undefined
@@ -455,6 +454,7 @@ export class SqliteEventStore implements EventStore {
           ? this.statements.afterPrefixed
           : this.statements.after
         : this.withDataOf(prefix ? AFTER_PREFIXED : AFTER, selected.length);
+    /** The next rows after the cursor, and whether more may follow them at once. */
     const readNext = (): { rows: EventRow[]; full: boolean } => {
       const { rows, full } = takeWithin(
         prefix
@@ -591,16 +591,16 @@ function toJson(event: EventToAppend, field: 'data' | 'metadata'): string {
   return text;
 }
 
-/** How long one turn of the event loop reads pages before a read waits for the next turn. */
+/** How long after its first read a turn of the event loop starts more reads. */
 const READ_SLICE_MS = 10;
 
 /**
- * Page reads, READ_SLICE_MS of them a turn of the event loop. A page is read and decoded at
- * once, on this thread (12 ms and more for 1 MiB of non-ASCII events), and the reads of
- * requests that arrived together ran back to back in one turn: twenty replays of a large run
- * starting at once held the loop for 400-800 ms. Once a turn has read for READ_SLICE_MS, the
- * reads after it take a later turn each, in order, so sockets, timers and other requests get
- * theirs between. Reads that fit in the slice (a run's head, a small page) go on at once: a
+ * Page reads, a slice of them a turn of the event loop. A page is read and decoded at once,
+ * on this thread (12 ms and more for 1 MiB of non-ASCII events), and the reads of requests
+ * that arrived together ran back to back in one turn: twenty replays of a large run starting
+ * at once held the loop for 400-800 ms. Once READ_SLICE_MS have passed since a turn's first
+ * read, the reads after it take a later turn each, in order, so sockets, timers and other
+ * requests get theirs between. Reads that fit in the slice (a run's head, a small page) go on at once: a
  * read put off to the next turn every time lost the answer of a client that half-closed its
  * socket after its request, as node:http aborts a request whose client ended before it was
  * answered.
