@@ -150,16 +150,12 @@ export class SqliteEventStore implements EventStore {
   private readonly writer: WriterThread | null;
   /** Called when the writer thread has nothing in flight and nothing pending. */
   private drained: (() => void) | null = null;
-  /** Statements that read the data of some types only (withDataOf), by their count and query. */
-  private readonly dataOf = new Map<string, Statement<unknown[], EventRow>>();
+  /** Reads of a stream or of the log after a position (eventsWhere), by query and data read. */
+  private readonly reads = new Map<string, Statement<unknown[], EventRow>>();
   private readonly statements: {
     byId: Statement<[string, string], EventRow>;
-    stream: Statement<[string, number, number], EventRow>;
-    streamBackwards: Statement<[string, number, number], EventRow>;
     all: Statement<[number, number], EventRow>;
     allPrefixed: Statement<[number, number, string, number], EventRow>;
-    after: Statement<[number, number], EventRow>;
-    afterPrefixed: Statement<[number, number, string, number], EventRow>;
     ofThread: Statement<[string, string, number, number], EventRow>;
     ofThreadPrefixed: Statement<[string, string, number, number, string, number], EventRow>;
     ofStream: Statement<[string, number, number], EventRow>;
@@ -183,14 +179,10 @@ export class SqliteEventStore implements EventStore {
       this.db.prepare<P, EventRow>(`SELECT ${EVENT_COLUMNS} FROM events ${where}`).raw();
     this.statements = {
       byId: events('WHERE id_scope = ? AND id = ?'),
-      stream: events(STREAM_FORWARDS),
-      streamBackwards: events(STREAM_BACKWARDS),
       all: events('WHERE position >= ? ORDER BY position LIMIT ?'),
       allPrefixed: events(
         'WHERE position >= ? AND substr(stream, 1, ?) = ? ORDER BY position LIMIT ?',
       ),
-      after: events(AFTER),
-      afterPrefixed: events(AFTER_PREFIXED),
       ofThread: events(
         `WHERE json_extract(metadata, '$.tenantId') = ? AND json_extract(metadata, '$.threadId') = ?
            AND position >= ? ORDER BY position LIMIT ?`,
@@ -342,17 +334,21 @@ export class SqliteEventStore implements EventStore {
     this.drained?.();
   }
 
-  /** A statement of `where` that reads the data of `count` types only, prepared once. */
-  private withDataOf(where: string, count: number): Statement<unknown[], EventRow> {
-    const key = `${count} ${where}`;
-    let statement = this.dataOf.get(key);
+  /**
+   * A statement of `where`, prepared once, reading every event's data or, with `dataTypes`,
+   * only those types' (their names are its first parameters).
+   */
+  private eventsWhere(
+    where: string,
+    dataTypes?: readonly string[],
+  ): Statement<unknown[], EventRow> {
+    const columns =
+      dataTypes === undefined ? EVENT_COLUMNS : eventColumnsWithDataOf(dataTypes.length);
+    const sql = `SELECT ${columns} FROM events ${where}`;
+    let statement = this.reads.get(sql);
     if (statement === undefined) {
-      statement = this.db
-        .prepare<unknown[], EventRow>(
-          `SELECT ${eventColumnsWithDataOf(count)} FROM events ${where}`,
-        )
-        .raw();
-      this.dataOf.set(key, statement);
+      statement = this.db.prepare<unknown[], EventRow>(sql).raw();
+      this.reads.set(sql, statement);
     }
     return statement;
   }
@@ -364,12 +360,10 @@ export class SqliteEventStore implements EventStore {
     const backwards = options.direction === 'backwards';
     const from = options.fromRevision ?? (backwards ? Number.MAX_SAFE_INTEGER : 0);
     const selected = options.dataTypes ?? [];
-    const statement: Statement<unknown[], EventRow> =
-      options.dataTypes === undefined
-        ? backwards
-          ? this.statements.streamBackwards
-          : this.statements.stream
-        : this.withDataOf(backwards ? STREAM_BACKWARDS : STREAM_FORWARDS, selected.length);
+    const statement = this.eventsWhere(
+      backwards ? STREAM_BACKWARDS : STREAM_FORWARDS,
+      options.dataTypes,
+    );
     const rows = statement.iterate(...selected, stream, from, limit);
     return decoded(takeWithin(rows, options.maxChars).rows);
   }
@@ -448,12 +442,7 @@ export class SqliteEventStore implements EventStore {
     this.committed.once('close', stop);
 
     const selected = options.dataTypes ?? [];
-    const statement: Statement<unknown[], EventRow> =
-      options.dataTypes === undefined
-        ? prefix
-          ? this.statements.afterPrefixed
-          : this.statements.after
-        : this.withDataOf(prefix ? AFTER_PREFIXED : AFTER, selected.length);
+    const statement = this.eventsWhere(prefix ? AFTER_PREFIXED : AFTER, options.dataTypes);
     /** The next rows after the cursor, and whether more may follow them at once. */
     const readNext = (): { rows: EventRow[]; full: boolean } => {
       const { rows, full } = takeWithin(
