@@ -87,6 +87,13 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly bulkReads = new Gauge({
+    name: 'runledger_bulk_reads',
+    help: 'Bulk reads (pages of a run\'s events, replays, audits, exports) in progress (state="running") and waiting for one of their key\'s BULK_READS_PER_KEY turns (state="waiting")',
+    labelNames: ['state'] as const,
+    registers: [this.registry],
+  });
+
   readonly sseOverflows = new Counter({
     name: 'runledger_sse_overflows_total',
     help: 'SSE clients sent `overflow` and closed: over SSE_MAX_BUFFER_BYTES waiting, or no write taken for SSE_SEND_TIMEOUT_MS',

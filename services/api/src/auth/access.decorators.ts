@@ -4,9 +4,9 @@ import {
   SetMetadata,
   type ExecutionContext,
 } from '@nestjs/common';
-import { RouteConfig } from '@nestjs/platform-fastify';
 import type { FastifyRequest } from 'fastify';
 import type { Scope } from '../config/config';
+import { AddRouteConfig } from '../http/route-config';
 import type { Actor, Principal } from './principal';
 
 export const ACCESS_KEY = 'runledger:access';
@@ -17,7 +17,7 @@ export type Access = { scope: Scope } | { public: true };
  * onRequest authentication and the body limit chosen by scope (http/request-guards.ts).
  */
 const declareAccess = (access: Access) =>
-  applyDecorators(SetMetadata(ACCESS_KEY, access), RouteConfig({ access }));
+  applyDecorators(SetMetadata(ACCESS_KEY, access), AddRouteConfig({ access }));
 
 /** The scope a route needs. A route without an access declaration is refused (deny by default). */
 export const RequireScope = (scope: Scope) => declareAccess({ scope });
@@ -45,7 +45,7 @@ export const ReadOrStreamToken = (kind: 'run' | 'thread', param: string) =>
   applyDecorators(
     SetMetadata(ACCESS_KEY, { scope: 'read' } satisfies Access),
     SetMetadata(STREAM_TOKEN_KEY, { kind, param } satisfies StreamTokenRoute),
-    RouteConfig({ access: { scope: 'read' }, streamToken: { kind, param } }),
+    AddRouteConfig({ access: { scope: 'read' }, streamToken: { kind, param } }),
   );
 
 /** True when a request may authenticate with `?token=`: such a route, and no Authorization. */

@@ -234,6 +234,9 @@ export class EnvironmentSchema {
   @IntRange('SSE_MAX_STREAMS_PER_TENANT', 1, 1_000_000)
   SSE_MAX_STREAMS_PER_TENANT = 200;
 
+  @IntRange('BULK_READS_PER_KEY', 1, 10_000)
+  BULK_READS_PER_KEY = 8;
+
   @IntRange('REJECTION_MARKER_WINDOW_MS', 100, 86_400_000)
   REJECTION_MARKER_WINDOW_MS = 60_000;
 
@@ -322,6 +325,7 @@ export const CONFIG_VARIABLES: readonly (keyof EnvironmentSchema)[] = [
   'SSE_SEND_TIMEOUT_MS',
   'SSE_MAX_STREAMS_PER_KEY',
   'SSE_MAX_STREAMS_PER_TENANT',
+  'BULK_READS_PER_KEY',
   'SMALL_BODY_MAX_BYTES',
   'JSON_MAX_KEYS',
   'JSON_MAX_OBJECT_KEYS',
@@ -438,6 +442,11 @@ export interface AppConfig {
     maxStreamsPerTenant: number;
     heartbeatMs: number;
   };
+  /**
+   * Bulk reads (pages of a run's events, replays, audits, exports) one API key has in progress
+   * at once; more wait their turn (BULK_READS_WAITING_PER_SLOT times as many), then 429.
+   */
+  bulkReadsPerKey: number;
   /** Refused oversize appends of one key to one run share one `append.rejected` per window. */
   rejectionMarkerWindowMs: number;
   /**
@@ -666,6 +675,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AppConfig {
       maxStreamsPerTenant: parsed.SSE_MAX_STREAMS_PER_TENANT,
       heartbeatMs: parsed.SSE_HEARTBEAT_MS,
     },
+    bulkReadsPerKey: parsed.BULK_READS_PER_KEY,
     rejectionMarkerWindowMs: parsed.REJECTION_MARKER_WINDOW_MS,
     mirror: {
       brokers: parsed.KAFKA_BROKERS?.split(','),

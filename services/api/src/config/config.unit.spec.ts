@@ -48,6 +48,7 @@ describe('configuration', () => {
         maxStreamsPerTenant: 200,
         heartbeatMs: 15_000,
       },
+      bulkReadsPerKey: 8,
       rejectionMarkerWindowMs: 60_000,
       mirror: {
         brokers: undefined,
@@ -93,6 +94,7 @@ describe('configuration', () => {
       HTTP_KEEP_ALIVE_TIMEOUT_MS: '1000',
       REJECTION_MARKER_WINDOW_MS: '1500',
       SSE_HEARTBEAT_MS: '500',
+      BULK_READS_PER_KEY: '3',
       KAFKA_BROKERS: 'kafka-1:9092,10.0.0.2:9093',
       KAFKA_TOPIC: 'audit.run-events',
       KAFKA_NOTIFICATIONS_TOPIC: 'audit.notifications',
@@ -125,6 +127,7 @@ describe('configuration', () => {
         maxStreamsPerTenant: 7,
         heartbeatMs: 500,
       },
+      bulkReadsPerKey: 3,
       rejectionMarkerWindowMs: 1500,
       mirror: {
         brokers: ['kafka-1:9092', '10.0.0.2:9093'],
@@ -169,6 +172,8 @@ describe('configuration', () => {
     ['SSE_MAX_STREAMS_PER_KEY', '0'],
     ['SSE_MAX_STREAMS_PER_KEY', '201'],
     ['SSE_MAX_STREAMS_PER_TENANT', 'many'],
+    ['BULK_READS_PER_KEY', '0'],
+    ['BULK_READS_PER_KEY', '10001'],
     ['SMALL_BODY_MAX_BYTES', '1023'],
     ['JSON_MAX_KEYS', '0'],
     ['JSON_MAX_OBJECT_KEYS', '100001'],

@@ -21,6 +21,7 @@ import type {
 import { AccessPolicy } from '../auth/access.guard';
 import { authenticateRequests } from '../auth/authenticate.hook';
 import type { AppConfig } from '../config/config';
+import { limitBulkReads } from '../limits/bulk-reads';
 import { ApiError } from './api-error';
 import { answerRefusal } from './error.filter';
 import { carryRequestContext } from './request-context';
@@ -139,6 +140,7 @@ export function guardHttp(app: NestFastifyApplication, config: AppConfig): void 
   refusePipelineFloods(fastify, metrics);
   refuseWhileClosing(fastify, metrics);
   authenticateRequests(fastify, app.get(AccessPolicy), metrics);
+  limitBulkReads(fastify, config, metrics);
   guardRequestBodies(fastify, config);
   cutOffStalledStreams(fastify, config.sse.sendTimeoutMs);
   // Every answer names its request, so a client's report or a gateway's log finds ours.

@@ -14,6 +14,7 @@ import { ApiOperation, ApiTags } from '@nestjs/swagger';
 import { CurrentActor, CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Actor, Principal } from '../auth/principal';
 import { ApiError } from '../http/api-error';
+import { BulkRead } from '../limits/bulk-reads';
 import { costlyIfUserStartsTurn, RateLimited } from '../limits/rate-limit.decorators';
 import { RunLogService } from './run-log.service';
 import { ApiOptionalQuery, ApiRoute } from '../openapi/api-route.decorator';
@@ -69,11 +70,12 @@ export class RunsController {
 
   @Get('events')
   @RequireScope('read')
+  @BulkRead()
   @Header('Content-Type', 'application/json; charset=utf-8')
   @ApiOperation({ summary: "Read a run's events from a revision (`?fromRevision=0&limit=100`)" })
   @ApiRoute({
     ok: { status: 200, description: 'A page of the run, oldest first', type: RunEventsPage },
-    errors: [400, 404, 414],
+    errors: [400, 404, 414, 429],
   })
   @ApiOptionalQuery(
     'fromRevision',
@@ -101,6 +103,7 @@ export class RunsController {
 
   @Get('replay')
   @RequireScope('read')
+  @BulkRead()
   @ApiOperation({
     summary: 'Replay a run: NDJSON, one recorded event a line, in order',
     description:
@@ -114,7 +117,7 @@ export class RunsController {
         'Every recorded event, one JSON object a line; then, only when the chain is broken, the verdict',
       ndjson: RecordedEvent,
     },
-    errors: [404, 414],
+    errors: [404, 414, 429],
   })
   async replay(@CurrentPrincipal() principal: Principal, @Param('runId') runId: string) {
     await this.runLog.requireRun(principal.tenantId, runId);
@@ -125,13 +128,14 @@ export class RunsController {
 
   @Get('audit')
   @RequireScope('read')
+  @BulkRead()
   @ApiOperation({
     summary:
       "Verify a run's hash chain: `{ runId, count, headHash, verified, firstBrokenRevision }`",
   })
   @ApiRoute({
     ok: { status: 200, description: 'The verdict over the whole run', type: AuditVerdict },
-    errors: [404, 414],
+    errors: [404, 414, 429],
   })
   audit(@CurrentPrincipal() principal: Principal, @Param('runId') runId: string) {
     return this.runLog.audit(principal.tenantId, runId);

@@ -5,6 +5,7 @@ import type { ThreadStatus } from '@runledger/domain';
 import { CurrentPrincipal, RequireScope } from '../auth/access.decorators';
 import type { Principal } from '../auth/principal';
 import { ApiError } from '../http/api-error';
+import { BulkRead } from '../limits/bulk-reads';
 import { RateLimited } from '../limits/rate-limit.decorators';
 import { assertRunId } from '../runs/run-log.service';
 import { queryInt } from '../runs/runs.controller';
@@ -127,6 +128,7 @@ export class ThreadsController {
 
   @Get(':threadId/export')
   @RequireScope('read')
+  @BulkRead()
   @ApiOperation({
     summary: "A whole thread's messages as NDJSON: one AI SDK UIMessage a line, oldest first",
     description: MIN_POSITION_DOC,
