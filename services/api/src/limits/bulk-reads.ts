@@ -144,6 +144,12 @@ export class KeyedTurns {
       this.waiting -= 1;
     }
     this.counted(this.running, this.waiting);
-    if (lane.running === 0 && lane.waiting.length === 0) this.lanes.delete(key);
+    // A lane has waiters only while all its turns are taken: with none taken, it is empty.
+    if (lane.running === 0) this.lanes.delete(key);
+  }
+
+  /** Keys with a turn taken or a place in line now (for tests: an empty lane is dropped). */
+  keys(): number {
+    return this.lanes.size;
   }
 }
