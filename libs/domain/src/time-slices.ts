@@ -82,3 +82,59 @@ export function runToEnd<R>(steps: Generator<void, R>): R {
     if (step.done) return step.value;
   }
 }
+
+/**
+ * Work that takes turns of the event loop, in the order it asked. While the current turn has
+ * run less than `sliceMs` since its first piece and nothing waits, a piece goes on at once,
+ * in its caller's synchronous step; after that, each piece waits for a turn of its own. A
+ * slice of 0 gives every piece a later turn of its own.
+ *
+ * Unlike SliceClock, which times a loop's own steps, this counts from the turn's first piece:
+ * pieces asked for by separate requests in one turn (twenty replays starting together) run
+ * back to back there, and nothing else tells them the turn is spent.
+ */
+export class TurnQueue {
+  /** Jobs, or the resolvers of those who wait, in order. */
+  private readonly waiting: (() => void)[] = [];
+  /** When this turn's first piece began; null before one has. */
+  private since: number | null = null;
+
+  constructor(private readonly sliceMs: number) {}
+
+  /**
+   * Nothing when the caller may go on at once (awaiting even a resolved promise would let
+   * every other piece asked for in this step check the slice before any of them ran); else
+   * its turn, a later one.
+   */
+  take(): Promise<void> | undefined {
+    if (this.mayGoOn()) return undefined;
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  /** Calls `job` at once or in its turn, as `take` would say. */
+  run(job: () => void): void {
+    if (this.mayGoOn()) job();
+    else this.waiting.push(job);
+  }
+
+  private mayGoOn(): boolean {
+    if (this.waiting.length > 0) return false;
+    const now = performance.now();
+    if (this.since === null) {
+      this.since = now;
+      // An immediate set while immediates run waits for the next turn of the loop.
+      setImmediate(this.nextTurn);
+    }
+    return now - this.since < this.sliceMs;
+  }
+
+  private readonly nextTurn = (): void => {
+    this.since = null;
+    const next = this.waiting.shift();
+    if (next === undefined) return;
+    this.since = performance.now();
+    next();
+    // Set after the job's own: what it left for the loop to do comes before the next job.
+    setImmediate(this.nextTurn);
+  };
+}

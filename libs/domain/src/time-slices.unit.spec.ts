@@ -1,4 +1,4 @@
-import { mapInSlices, nextTurn, runInSlices, runToEnd, SliceClock } from './time-slices';
+import { mapInSlices, nextTurn, runInSlices, runToEnd, SliceClock, TurnQueue } from './time-slices';
 
 function busyFor(ms: number): void {
   const until = Date.now() + ms;
@@ -114,5 +114,135 @@ describe('SliceClock', () => {
     // A slice of three steps, and a step each for the others, which find it spent.
     expect(Math.max(...stepsPerTurn.values())).toBeLessThanOrEqual(5);
     expect([...stepsPerTurn.values()].reduce((a, b) => a + b)).toBe(36);
+  });
+});
+
+describe('TurnQueue', () => {
+  /** Counts turns of the event loop from now, until stopped. */
+  function turnCounter(): { now: () => number; stop: () => void } {
+    let turn = 0;
+    let ticking = true;
+    const tick = () => {
+      turn += 1;
+      if (ticking) setImmediate(tick);
+    };
+    setImmediate(tick);
+    return { now: () => turn, stop: () => (ticking = false) };
+  }
+
+  it('lets work go on at once, in the caller’s step, while the turn’s slice lasts', () => {
+    const queue = new TurnQueue(50);
+    expect(queue.take()).toBeUndefined();
+    expect(queue.take()).toBeUndefined();
+  });
+
+  it('gives a later turn a slice of its own', async () => {
+    const queue = new TurnQueue(5);
+    expect(queue.take()).toBeUndefined();
+    busyFor(7);
+    await nextTurn();
+    expect(queue.take()).toBeUndefined();
+  });
+
+  it('gives each piece asked for after the slice a later turn of its own, in order', async () => {
+    const queue = new TurnQueue(5);
+    const turns = turnCounter();
+    expect(queue.take()).toBeUndefined();
+    busyFor(7);
+    const order: [string, number][] = [];
+    const late = ['b', 'c', 'd'].map((name) => {
+      const turn = queue.take();
+      expect(turn).toBeInstanceOf(Promise);
+      return turn!.then(() => {
+        order.push([name, turns.now()]);
+        busyFor(7);
+      });
+    });
+    await Promise.all(late);
+    turns.stop();
+    expect(order.map(([name]) => name)).toEqual(['b', 'c', 'd']);
+    const at = order.map(([, turn]) => turn);
+    expect(new Set(at).size).toBe(3);
+    expect(at[0]).toBeGreaterThan(0);
+  });
+
+  it('keeps a piece behind those waiting, even once a new turn’s slice has begun', async () => {
+    const queue = new TurnQueue(5);
+    queue.take();
+    busyFor(7);
+    const order: string[] = [];
+    const first = queue.take()!.then(() => order.push('first'));
+    // Nothing asked for since the slice ended may pass what waits.
+    const second = queue.take()!.then(() => order.push('second'));
+    await Promise.all([first, second]);
+    expect(order).toEqual(['first', 'second']);
+  });
+
+  it('keeps what is asked for in a waiter’s turn behind those still waiting', async () => {
+    const queue = new TurnQueue(50);
+    queue.take();
+    busyFor(51);
+    const order: string[] = [];
+    let third: Promise<unknown> | undefined;
+    const first = queue.take()!.then(() => {
+      order.push('first');
+      // The turn's slice has just begun, but the second still waits.
+      third = queue.take()?.then(() => order.push('third'));
+    });
+    const second = queue.take()!.then(() => order.push('second'));
+    await Promise.all([first, second]);
+    expect(third).toBeInstanceOf(Promise);
+    await third;
+    expect(order).toEqual(['first', 'second', 'third']);
+  });
+
+  it('counts a waiter’s own work against its turn’s slice', async () => {
+    const queue = new TurnQueue(5);
+    queue.take();
+    busyFor(7);
+    let after: Promise<void> | undefined;
+    await queue.take()!.then(() => {
+      busyFor(7);
+      after = queue.take();
+    });
+    expect(after).toBeInstanceOf(Promise);
+    await after;
+  });
+
+  it('with a slice of 0 ms gives every piece a later turn of its own', async () => {
+    const queue = new TurnQueue(0);
+    const turns = turnCounter();
+    const ran: number[] = [];
+    await new Promise<void>((resolve) => {
+      for (let i = 0; i < 3; i += 1) {
+        queue.run(() => {
+          ran.push(turns.now());
+          if (ran.length === 3) resolve();
+        });
+      }
+      expect(ran).toEqual([]);
+    });
+    turns.stop();
+    expect(new Set(ran).size).toBe(3);
+  });
+
+  it('lets what a job left for the event loop run before the next job', async () => {
+    const queue = new TurnQueue(0);
+    const seen: string[] = [];
+    await new Promise<void>((resolve) => {
+      queue.run(() => setImmediate(() => seen.push('left by the first')));
+      queue.run(() => {
+        seen.push('second');
+        resolve();
+      });
+    });
+    expect(seen).toEqual(['left by the first', 'second']);
+  });
+
+  it('runs a job at once when the slice allows it', () => {
+    const queue = new TurnQueue(50);
+    let ran = false;
+    queue.run(() => (ran = true));
+    expect(ran).toBe(true);
   });
 });

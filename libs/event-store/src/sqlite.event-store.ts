@@ -12,7 +12,7 @@ import Database, { type Database as Db, type Statement } from 'better-sqlite3';
 import { EventEmitter } from 'node:events';
 import { Worker } from 'node:worker_threads';
 import { eventIdScope } from '@runledger/domain/stream-names';
-import { mapInSlices, nextTurn } from '@runledger/domain/time-slices';
+import { mapInSlices, nextTurn, TurnQueue } from '@runledger/domain/time-slices';
 import {
   PAGE_CHARS,
   isOfThread,
@@ -143,7 +143,7 @@ export class SqliteEventStore implements EventStore {
   private lastCommitFailure: { error: StoreUnavailableError; at: number } | null = null;
   /** Appends whose events are being serialized, queued once they are. */
   private readonly serializing = new Set<Promise<unknown>>();
-  private readonly readTurns = new ReadTurns();
+  private readonly readTurns = new TurnQueue(READ_SLICE_MS);
   private flushScheduled = false;
   private closed = false;
   private readonly appender: SqliteAppender | null;
@@ -580,53 +580,17 @@ function toJson(event: EventToAppend, field: 'data' | 'metadata'): string {
   return text;
 }
 
-/** How long after its first read a turn of the event loop starts more reads. */
-const READ_SLICE_MS = 10;
-
 /**
- * Page reads, a slice of them a turn of the event loop. A page is read and decoded at once,
- * on this thread (12 ms and more for 1 MiB of non-ASCII events), and the reads of requests
- * that arrived together ran back to back in one turn: twenty replays of a large run starting
- * at once held the loop for 400-800 ms. Once READ_SLICE_MS have passed since a turn's first
- * read, the reads after it take a later turn each, in order, so sockets, timers and other
- * requests get theirs between. Reads that fit in the slice (a run's head, a small page) go on at once: a
- * read put off to the next turn every time lost the answer of a client that half-closed its
- * socket after its request, as node:http aborts a request whose client ended before it was
- * answered.
+ * Page reads take turns of the event loop (TurnQueue): reads asked for in one turn go on at
+ * once for READ_SLICE_MS, then take a later turn each, in order. A page is read and decoded
+ * at once, on this thread (12 ms and more for 1 MiB of non-ASCII events), and the reads of
+ * requests that arrived together ran back to back in one turn: twenty replays of a large run
+ * starting at once held the loop for 400-800 ms. Reads that fit in the slice (a run's head, a
+ * small page) go on at once: a read put off to the next turn every time lost the answer of a
+ * client that half-closed its socket after its request, as node:http aborts a request whose
+ * client ended before it was answered.
  */
-class ReadTurns {
-  private readonly waiting: (() => void)[] = [];
-  /** When this turn's first read began; null before one has. */
-  private since: number | null = null;
-
-  /**
-   * Nothing while this turn's slice lasts and no read waits: the caller reads at once, in the
-   * same synchronous step (awaiting even a resolved promise would let every other read asked
-   * in this step check the slice before any of them read). Else its turn, a later one.
-   */
-  take(): Promise<void> | undefined {
-    if (this.waiting.length === 0) {
-      const now = performance.now();
-      if (now - (this.since ?? this.startTurn(now)) < READ_SLICE_MS) return undefined;
-    }
-    return new Promise((resolve) => this.waiting.push(resolve));
-  }
-
-  private startTurn(now: number): number {
-    this.since = now;
-    // An immediate set while immediates run waits for the next turn of the loop.
-    setImmediate(this.nextTurn);
-    return now;
-  }
-
-  private readonly nextTurn = (): void => {
-    this.since = null;
-    const next = this.waiting.shift();
-    if (next === undefined) return;
-    this.startTurn(performance.now());
-    next();
-  };
-}
+const READ_SLICE_MS = 10;
 
 /**
  * The rows' events, up to the first whose stored JSON does not parse: the page ends before

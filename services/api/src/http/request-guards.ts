@@ -23,7 +23,7 @@ import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { MAX_JSON_DEPTH } from '@runledger/domain';
+import { MAX_JSON_DEPTH, TurnQueue } from '@runledger/domain';
 import { routeAccess } from '../auth/access.decorators';
 import type { AppConfig } from '../config/config';
 import { ApiError } from './api-error';
@@ -179,34 +179,6 @@ function clientErrorAnswer(code: string | undefined): {
 }
 
 /**
- * Runs its jobs in order, one a turn of the event loop. Parsing a large body holds the loop
- * for tens of milliseconds (20-100 ms for 32 MB): bodies that ended together had their
- * parses, each given its own setImmediate, run back to back in the same turn. Now sockets,
- * timers and other requests get a turn between any two.
- */
-class OnePerTurn {
-  private readonly jobs: (() => void)[] = [];
-  private scheduled = false;
-
-  add(job: () => void): void {
-    this.jobs.push(job);
-    if (this.scheduled) return;
-    this.scheduled = true;
-    setImmediate(this.next);
-  }
-
-  private readonly next = (): void => {
-    try {
-      this.jobs.shift()?.();
-    } finally {
-      // An immediate set while immediates run waits for the next turn of the loop.
-      if (this.jobs.length > 0) setImmediate(this.next);
-      else this.scheduled = false;
-    }
-  };
-}
-
-/**
  * A body's text, decoded a chunk at a time as it arrives. Decoded whole at its end, a body of
  * 32 MB held the event loop for 40-80 ms, and 150-180 ms when its text is not ASCII; a chunk
  * (at most 64 KiB from a socket) takes well under a millisecond. A character cut between two
@@ -297,7 +269,10 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
   });
 
   const largeBodies = new Slots(config.largeBodies.concurrency);
-  const largeParses = new OnePerTurn();
+  // Parsing a large body holds the loop for tens of milliseconds (20-100 ms for 32 MB), and
+  // bodies that ended together had their parses run back to back in one turn: each now has a
+  // turn of its own, in order, and sockets, timers and other requests get turns between.
+  const largeParses = new TurnQueue(0);
   const threshold = config.largeBodies.thresholdBytes;
   fastify.addHook('preParsing', (request, reply, payload, done) => {
     if (!hasBody(request)) {
@@ -388,7 +363,7 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
       }
       // Joining a large body's text and parsing it hold the event loop for tens of
       // milliseconds: that is a turn of its own, never shared with another large body's.
-      largeParses.add(() => parseJson(request, text.take(), done));
+      largeParses.run(() => parseJson(request, text.take(), done));
     };
     const charset = charsetOf(request.headers['content-type']);
     if (charset !== null && !UTF8_NAMES.has(charset)) {
