@@ -1,11 +1,12 @@
 /**
  * Bulk reads: a page of a run's events (up to 16 MiB of JSON), a run's replay or audit, a
  * thread's export. Each holds what it read until its client's socket takes it (or the send
- * timeout cuts it off), and reads a whole run or thread a page at a time; forty of them from
- * one key, never read, held 1.17 GB. So one API key has at most BULK_READS_PER_KEY in progress;
- * the next wait their turn, in the order they came, and past BULK_READS_WAITING_PER_SLOT times
- * as many waiting the key is refused 429 `too_many_bulk_reads`. A waiting request holds a
- * socket and nothing read; its client may leave, which gives its place up.
+ * timeout cuts it off), and reads a whole run or thread a page at a time; forty pages from
+ * one key, never read, took the service from 240 MiB to 1.38 GB of RSS. So one API key has
+ * at most BULK_READS_PER_KEY in progress; the next wait their turn, in the order they came,
+ * and past BULK_READS_WAITING_PER_SLOT times as many waiting the key is refused 429
+ * `too_many_bulk_reads`. A waiting request holds a socket and nothing read; its client may
+ * leave, which gives its place up.
  *
  * The runtime's appends, thread pages (1 MiB at most, and rate limited) and streams (their own
  * slots) are not bulk reads.
