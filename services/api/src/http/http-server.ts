@@ -6,7 +6,7 @@
  * of ours is the easy one to stall (docs/limits.md).
  */
 import { randomUUID } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
@@ -109,6 +109,13 @@ function serverFor(config: AppConfig): FastifyServerFactory {
     );
     server.keepAliveTimeout = config.http.keepAliveTimeoutMs;
     server.requestTimeout = config.http.requestTimeoutMs;
+    // A client may end its side of the connection once its requests are sent (HTTP/1.1
+    // allows it; `curl` over a pipe and raw-socket clients do): each is still answered, in
+    // order, and the connection closes after the last. node:http's default aborted every
+    // request of such a connection and closed it, so an answer that waited on I/O (an append,
+    // on the writer thread) or a pipelined one was lost. The property is node:http's own,
+    // undocumented but kept for this (its test-http-server.js sets it).
+    (server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     return server;
   };
 }

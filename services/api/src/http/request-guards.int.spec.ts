@@ -30,7 +30,12 @@ interface RawAnswer {
  * resolves with the first answer: a server that answers before the body is complete is
  * seen doing so, since the rest of a declared body is never sent.
  */
-function rawRequest(t: TestApp, head: string, body = ''): Promise<RawAnswer> {
+function rawRequest(
+  t: TestApp,
+  head: string,
+  body = '',
+  { halfClose = false } = {},
+): Promise<RawAnswer> {
   const { port } = t.app.getHttpServer().address() as AddressInfo;
   return new Promise((resolve, reject) => {
     const socket = connect(port, '127.0.0.1');
@@ -65,6 +70,7 @@ function rawRequest(t: TestApp, head: string, body = ''): Promise<RawAnswer> {
     });
     socket.write(`${head}\r\n\r\n`);
     if (body !== '') socket.write(body);
+    if (halfClose) socket.end();
   });
 }
 
@@ -101,6 +107,56 @@ async function eventCount(t: TestApp, runId: string): Promise<number> {
   const res = await t.http().get(`/v1/runs/${runId}/events`).set(t.auth());
   return (res.body.events as { type: string }[]).filter((e) => e.type !== 'append.rejected').length;
 }
+
+describe('a client that half-closes its socket after its request', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    // As the service runs: appends are written by the store's writer thread.
+    t = await listening({ BACKGROUND_THREADS: 'on' });
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  // node:http's default aborted every request of a connection whose client ended its side,
+  // and closed it: an answer that waited on I/O (an append, on the writer thread) was lost.
+  it('is answered an append that waits on the store', async () => {
+    const runId = `run-${randomUUID()}`;
+    const answer = await rawRequest(
+      t,
+      post(`/v1/runs/${runId}/events`, {
+        Authorization: `Bearer ${KEYS.tenantA}`,
+        'Content-Length': Buffer.byteLength(RUN_STARTED),
+      }),
+      RUN_STARTED,
+      { halfClose: true },
+    );
+    expect(answer.status).toBe(201);
+    expect(await eventCount(t, runId)).toBe(1);
+  });
+
+  it('is answered every request it pipelined, then the connection closes', async () => {
+    const { port } = t.app.getHttpServer().address() as AddressInfo;
+    const runIds = [1, 2, 3].map(() => `run-${randomUUID()}`);
+    const appends = runIds.map(
+      (runId) =>
+        `${post(`/v1/runs/${runId}/events`, {
+          Authorization: `Bearer ${KEYS.tenantA}`,
+          'Content-Length': Buffer.byteLength(RUN_STARTED),
+        })}\r\n\r\n${RUN_STARTED}`,
+    );
+    const received = await new Promise<string>((resolve) => {
+      const socket = connect(port, '127.0.0.1');
+      let text = '';
+      socket.setEncoding('utf8');
+      socket.on('data', (chunk: string) => (text += chunk));
+      socket.on('close', () => resolve(text));
+      socket.end(appends.join(''));
+    });
+    expect(received.match(/HTTP\/1\.1 201 /g)).toHaveLength(3);
+    for (const runId of runIds) expect(await eventCount(t, runId)).toBe(1);
+  });
+});
 
 describe('request ids', () => {
   let t: TestApp;

@@ -69,6 +69,10 @@ export class SseClient<W = StreamWatch> {
     // A reset connection can surface as an error on the response; 'close' follows and cleans up.
     res.on('error', () => this.markClosed());
     res.on('close', () => this.markClosed());
+    // The server answers a client that ends its side of the connection (http-server.ts),
+    // but a stream has no end to answer with: such a client has left (a browser closing its
+    // tab ends its side), and its stream closes now, not at the next write that fails.
+    res.socket?.once('end', () => res.destroy());
   }
 
   /** Writes a frame that is not an event (the start id). */
