@@ -77,8 +77,8 @@ export interface Watched {
  * The probe loop, on a worker thread of its own: this process reads and parses what attacks
  * answer (twenty 12 MB pages at once), and a probe timed on its main thread also timed those
  * parses and the collections of a heap grown over the whole suite (`npm test` runs every
- * suite in one process): probes of 1.0 s under CI where the service's own loop delay stayed
- * under 70 ms. A worker has its own event loop and heap. One kept-alive connection: a probe
+ * suite in one process): probes of 1.0 s under CI while the service's own loop delay stayed
+ * within its bound. A worker has its own event loop and heap. One kept-alive connection: a probe
  * measures the service's event loop, not the cost of connecting.
  */
 const PROBE_LOOP = `

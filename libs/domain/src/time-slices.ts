@@ -134,7 +134,8 @@ export class TurnQueue {
     if (next === undefined) return;
     this.since = performance.now();
     next();
-    // Set after the job's own: what it left for the loop to do comes before the next job.
+    // Set after a job's own immediates (`run`): what it left for the loop comes before the
+    // next job. A waiter (`take`) resumes once this returns, after it.
     setImmediate(this.nextTurn);
   };
 }

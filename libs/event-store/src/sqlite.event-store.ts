@@ -586,9 +586,9 @@ function toJson(event: EventToAppend, field: 'data' | 'metadata'): string {
  * at once, on this thread (12 ms and more for 1 MiB of non-ASCII events), and the reads of
  * requests that arrived together ran back to back in one turn: twenty replays of a large run
  * starting at once held the loop for 400-800 ms. Reads that fit in the slice (a run's head, a
- * small page) go on at once: a read put off to the next turn every time lost the answer of a
- * client that half-closed its socket after its request, as node:http aborts a request whose
- * client ended before it was answered.
+ * small page) go on at once and are answered in the turn they were asked: put off to the next
+ * turn every time, they lost the answers of clients that end their side of the connection
+ * after their request, before the server kept such connections open to answer them.
  */
 const READ_SLICE_MS = 10;
 

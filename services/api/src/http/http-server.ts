@@ -110,8 +110,8 @@ function serverFor(config: AppConfig): FastifyServerFactory {
     server.keepAliveTimeout = config.http.keepAliveTimeoutMs;
     server.requestTimeout = config.http.requestTimeoutMs;
     // A client may end its side of the connection once its requests are sent (HTTP/1.1
-    // allows it; `curl` over a pipe and raw-socket clients do): each is still answered, in
-    // order, and the connection closes after the last. node:http's default aborted every
+    // allows it; raw-socket clients and some proxies do): each is still answered, in order,
+    // and the connection closes after the last. node:http's default aborted every
     // request of such a connection and closed it, so an answer that waited on I/O (an append,
     // on the writer thread) or a pipelined one was lost. The property is node:http's own,
     // undocumented but kept for this (its test-http-server.js sets it).
