@@ -131,7 +131,7 @@ describe('TurnQueue', () => {
   }
 
   it('lets work go on at once, in the caller’s step, while the turn’s slice lasts', () => {
-    const queue = new TurnQueue(50);
+    const queue = new TurnQueue(1000);
     expect(queue.take()).toBeUndefined();
     expect(queue.take()).toBeUndefined();
   });
@@ -240,7 +240,7 @@ describe('TurnQueue', () => {
   });
 
   it('runs a job at once when the slice allows it', () => {
-    const queue = new TurnQueue(50);
+    const queue = new TurnQueue(1000);
     let ran = false;
     queue.run(() => (ran = true));
     expect(ran).toBe(true);
