@@ -3,6 +3,7 @@
  * response whose socket drains only when the test says so: the switch from catch-up to the
  * live feed while the follower moves on, and the bounded backlog of a socket that stalls.
  */
+import { EventEmitter } from 'node:events';
 import type { ServerResponse } from 'node:http';
 import { Writable } from 'node:stream';
 import { Logger } from '@nestjs/common';
@@ -108,8 +109,11 @@ class MemoryLog {
 class StalledResponse extends Writable {
   readonly received: string[] = [];
   private pending: (() => void)[] = [];
-  /** What the fan-out asks of the connection: whether it is gone, and to end it. */
-  readonly socket = { destroyed: false, end: (): void => undefined };
+  /** What the fan-out asks of the connection: whether it is gone, to end it, and its end. */
+  readonly socket = Object.assign(new EventEmitter(), {
+    destroyed: false,
+    end: (): void => undefined,
+  });
 
   /** `fast`: every write completes at once, like a socket that always drains. */
   constructor(private readonly fast = false) {
@@ -294,6 +298,24 @@ describe('SseFanout', () => {
       (await metrics.registry.getSingleMetric('runledger_sse_overflows_total')?.get())?.values[0]
         ?.value,
     ).toBe(1);
+    await fanout.onModuleDestroy();
+  });
+
+  it('closes a stream whose client ends its side of the connection, and feeds it no more', async () => {
+    const log = new MemoryLog();
+    const { fanout, metrics } = fanoutOver(log);
+    const res = new StalledResponse(true);
+    await fanout.open(replyTo(res), { kind: 'run', tenantId: 'tenant-a', runId: 'r1' }, undefined);
+    log.add('r1');
+    await settle(() => res.ids().length === 1);
+    res.socket.emit('end');
+    expect(res.destroyed).toBe(true);
+    log.add('r1');
+    await ticks();
+    expect(res.ids()).toEqual([1]);
+    expect(
+      (await metrics.registry.getSingleMetric('runledger_sse_clients')?.get())?.values[0]?.value,
+    ).toBe(0);
     await fanout.onModuleDestroy();
   });
 
