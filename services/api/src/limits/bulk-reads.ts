@@ -5,8 +5,9 @@
  * one key, never read, took the service from 240 MiB to 1.38 GB of RSS. So one API key has
  * at most BULK_READS_PER_KEY in progress; the next wait their turn, in the order they came,
  * and past BULK_READS_WAITING_PER_SLOT times as many waiting the key is refused 429
- * `too_many_bulk_reads`. A waiting request holds a socket and nothing read; its client may
- * leave, which gives its place up.
+ * `too_many_bulk_reads`. A waiting request holds a socket and nothing read. A client that
+ * resets its connection gives its place up; one that only ends its side is answered in its
+ * turn, as every such client is (http-server.ts).
  *
  * The runtime's appends, thread pages (1 MiB at most, and rate limited) and streams (their own
  * slots) are not bulk reads.
@@ -61,8 +62,8 @@ export function limitBulkReads(
       answerRefusal(request, reply, refusal, metrics);
       return;
     }
-    // The answer sent, cut off, or its client gone: the turn passes on, or the place in line
-    // is given up.
+    // The answer sent, cut off, or its connection reset: the turn passes on, or the place in
+    // line is given up.
     reply.raw.once('close', leave);
   });
 }
