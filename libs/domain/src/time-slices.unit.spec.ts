@@ -5,6 +5,18 @@ function busyFor(ms: number): void {
   while (Date.now() < until);
 }
 
+/** Counts turns of the event loop from now, until stopped. */
+function turnCounter(): { now: () => number; stop: () => void } {
+  let turn = 0;
+  let ticking = true;
+  const tick = () => {
+    turn += 1;
+    if (ticking) setImmediate(tick);
+  };
+  setImmediate(tick);
+  return { now: () => turn, stop: () => (ticking = false) };
+}
+
 describe('mapInSlices', () => {
   it('answers what Array.map answers, with the indexes', async () => {
     const items = ['a', 'b', 'c', 'd'];
@@ -92,24 +104,18 @@ describe('SliceClock', () => {
     let now = 0;
     jest.spyOn(Date, 'now').mockImplementation(() => now);
     const clock = new SliceClock(3);
-    let turn = 0;
-    let ticking = true;
-    const tick = () => {
-      turn += 1;
-      if (ticking) setImmediate(tick);
-    };
-    setImmediate(tick);
+    const turns = turnCounter();
     const stepsPerTurn = new Map<number, number>();
     // Each step takes a millisecond of the clock.
     const loop = async () => {
       for (let step = 0; step < 12; step += 1) {
         now += 1;
-        stepsPerTurn.set(turn, (stepsPerTurn.get(turn) ?? 0) + 1);
+        stepsPerTurn.set(turns.now(), (stepsPerTurn.get(turns.now()) ?? 0) + 1);
         if (clock.due()) await clock.turn();
       }
     };
     await Promise.all([loop(), loop(), loop()]);
-    ticking = false;
+    turns.stop();
 
     // A slice of three steps, and a step each for the others, which find it spent.
     expect(Math.max(...stepsPerTurn.values())).toBeLessThanOrEqual(5);
@@ -118,18 +124,6 @@ describe('SliceClock', () => {
 });
 
 describe('TurnQueue', () => {
-  /** Counts turns of the event loop from now, until stopped. */
-  function turnCounter(): { now: () => number; stop: () => void } {
-    let turn = 0;
-    let ticking = true;
-    const tick = () => {
-      turn += 1;
-      if (ticking) setImmediate(tick);
-    };
-    setImmediate(tick);
-    return { now: () => turn, stop: () => (ticking = false) };
-  }
-
   it('lets work go on at once, in the caller’s step, while the turn’s slice lasts', () => {
     const queue = new TurnQueue(1000);
     expect(queue.take()).toBeUndefined();
