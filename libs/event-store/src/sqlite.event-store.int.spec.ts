@@ -23,6 +23,16 @@ function stringChars(value: unknown): number {
   return 0;
 }
 
+/** The `n`th event of a test's stream: its id numbered by `n`, its data `{ n }` unless given. */
+function event(n: number, data: Record<string, unknown> = { n }, type = 'message.added') {
+  return {
+    id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
+    type,
+    data,
+    metadata: {},
+  };
+}
+
 const dir = mkdtempSync(join(tmpdir(), 'runledger-sqlite-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -39,12 +49,7 @@ describeEventStoreContract(
 
 describe('a stored event whose JSON does not parse', () => {
   const file = join(dir, 'damaged.db');
-  const events = Array.from({ length: 6 }, (_, n) => ({
-    id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
-    type: 'message.added',
-    data: { n },
-    metadata: {},
-  }));
+  const events = Array.from({ length: 6 }, (_, n) => event(n));
   let store: SqliteEventStore;
   let bad: { id: string; position: number };
   beforeAll(async () => {
@@ -132,12 +137,7 @@ describe('a stored event whose metadata is JSON but not an object', () => {
         const stream = runStream('acme', 'metadata');
         await store.append(
           stream,
-          [0, 1].map((n) => ({
-            id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
-            type: 'message.added',
-            data: { n },
-            metadata: {},
-          })),
+          [0, 1].map((n) => event(n)),
         );
         const db = new Database(file);
         db.prepare('UPDATE events SET metadata = ? WHERE revision = 1').run(json);
@@ -164,12 +164,7 @@ describe('SQLite subscriptions', () => {
     // A poll interval longer than the test: only reading on at once can deliver them all.
     const store = new SqliteEventStore({ file: join(dir, 'large.db'), pollIntervalMs: 600_000 });
     const text = 'x'.repeat(2 ** 18);
-    const events = Array.from({ length: 12 }, (_, n) => ({
-      id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
-      type: 'message.added',
-      data: { n, text },
-      metadata: {},
-    }));
+    const events = Array.from({ length: 12 }, (_, n) => event(n, { n, text }));
     await store.append(runStream('acme', 'large'), events);
     const subscription = store.subscribeToAll({ fromPosition: 'start' });
     try {
@@ -203,12 +198,7 @@ describe('SQLite stream reads without the data of some types', () => {
     const store = new SqliteEventStore({ file: join(dir, 'data-of.db') });
     try {
       const text = 'x'.repeat(2 ** 18);
-      const events = Array.from({ length: 12 }, (_, n) => ({
-        id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
-        type: 'model.call',
-        data: { n, text },
-        metadata: {},
-      }));
+      const events = Array.from({ length: 12 }, (_, n) => event(n, { n, text }, 'model.call'));
       await store.append(runStream('acme', 'data-of'), events);
       const page = await store.readStream(runStream('acme', 'data-of'), {
         maxChars: 2 ** 20,
@@ -229,12 +219,7 @@ describe('SQLite reads at once', () => {
       const text = 'x'.repeat(2 ** 18);
       await store.append(
         runStream('acme', 'large'),
-        Array.from({ length: 12 }, (_, n) => ({
-          id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
-          type: 'message.added',
-          data: { n, text },
-          metadata: {},
-        })),
+        Array.from({ length: 12 }, (_, n) => event(n, { n, text })),
       );
       await store.append(runStream('acme', 'small'), [
         { id: '00000000-0000-7000-8000-100000000000', type: 'run.started', data: {}, metadata: {} },
@@ -265,12 +250,7 @@ describe('SQLite appends of large events', () => {
       const store = new SqliteEventStore({ file: join(dir, `sliced-${writer}.db`), writer });
       try {
         const text = 'x'.repeat(2 ** 20);
-        const large = Array.from({ length: 25 }, (_, n) => ({
-          id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
-          type: 'message.added',
-          data: { n, text },
-          metadata: {},
-        }));
+        const large = Array.from({ length: 25 }, (_, n) => event(n, { n, text }));
         const small = [{ ...large[0], id: '00000000-0000-7000-8000-100000000000', data: {} }];
         const [big, quick] = await Promise.all([
           store.append(runStream('acme', 'large'), large),
@@ -287,13 +267,6 @@ describe('SQLite appends of large events', () => {
 });
 
 describe('SQLite with a writer thread', () => {
-  const event = (n: number) => ({
-    id: `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`,
-    type: 'message.added',
-    data: { n },
-    metadata: {},
-  });
-
   it('answers every append of a burst with its own outcome, in order, and close waits for all of them', async () => {
     const file = join(dir, 'burst.db');
     const store = new SqliteEventStore({ file, writer: 'thread', maxGroupSize: 7 });
