@@ -11,6 +11,14 @@ export interface Principal {
 }
 
 /**
+ * One API key, told apart across tenants (a key id is a prefix of the key's hash, listed per
+ * tenant): what per-key limits count by.
+ */
+export function apiKeyOf(principal: Principal): string {
+  return `${principal.tenantId}\u0000${principal.keyId}`;
+}
+
+/**
  * On whose behalf a request acts: a person (`user`), named by the key itself or by a trusted
  * gateway (`act-as`), or a key acting as itself (`service`: an agent runtime, a script).
  */

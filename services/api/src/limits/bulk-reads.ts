@@ -14,6 +14,7 @@
  */
 import type { Metrics } from '@runledger/observability';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { apiKeyOf } from '../auth/principal';
 import type { AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
 import { answerRefusal } from '../http/error.filter';
@@ -38,26 +39,23 @@ export function limitBulkReads(
   config: AppConfig,
   metrics: Metrics,
 ): void {
-  const turns = new KeyedTurns(
-    config.bulkReadsPerKey,
-    BULK_READS_WAITING_PER_SLOT * config.bulkReadsPerKey,
-    (running, waiting) => {
-      metrics.bulkReads.set({ state: 'running' }, running);
-      metrics.bulkReads.set({ state: 'waiting' }, waiting);
-    },
-  );
+  const waitingPerKey = BULK_READS_WAITING_PER_SLOT * config.bulkReadsPerKey;
+  const turns = new KeyedTurns(config.bulkReadsPerKey, waitingPerKey, (running, waiting) => {
+    metrics.bulkReads.set({ state: 'running' }, running);
+    metrics.bulkReads.set({ state: 'waiting' }, waiting);
+  });
   fastify.addHook('onRequest', (request, reply, done) => {
     const principal = request.principal;
     if (!isBulkRead(request) || principal === undefined) {
       done();
       return;
     }
-    const leave = turns.enter(`${principal.tenantId}\u0000${principal.keyId}`, () => done());
+    const leave = turns.enter(apiKeyOf(principal), () => done());
     if (leave === null) {
       const refusal = new ApiError(
         429,
         'too_many_bulk_reads',
-        `this API key has ${config.bulkReadsPerKey} bulk reads (pages of a run's events, replays, audits, exports) in progress and ${BULK_READS_WAITING_PER_SLOT * config.bulkReadsPerKey} waiting (BULK_READS_PER_KEY); read their answers before asking for more. Nothing was read for this one`,
+        `this API key has ${config.bulkReadsPerKey} bulk reads (pages of a run's events, replays, audits, exports) in progress and ${waitingPerKey} waiting (BULK_READS_PER_KEY); read their answers before asking for more. Nothing was read for this one`,
       );
       answerRefusal(request, reply, refusal, metrics);
       return;

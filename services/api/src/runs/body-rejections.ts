@@ -11,6 +11,7 @@ import { Inject, Injectable, Logger, type BeforeApplicationShutdown } from '@nes
 import type { FastifyRequest } from 'fastify';
 import { Metrics } from '@runledger/observability';
 import { AccessPolicy } from '../auth/access.guard';
+import { apiKeyOf } from '../auth/principal';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { RunLogService } from './run-log.service';
 
@@ -60,7 +61,7 @@ export class BodyRejections implements BeforeApplicationShutdown {
       // A key without the append scope was refused 403 before its body (authenticate.hook.ts).
       const principal = this.policy.principalFor(request, 'append');
       tenantId = principal.tenantId;
-      marker = await this.mark(`${tenantId}\u0000${principal.keyId}\u0000${runId}`, {
+      marker = await this.mark(`${apiKeyOf(principal)}\u0000${runId}`, {
         tenantId,
         runId,
         declaredBytes,

@@ -5,7 +5,7 @@
  */
 import { Inject, Injectable } from '@nestjs/common';
 import type { FastifyRequest } from 'fastify';
-import type { Principal } from '../auth/principal';
+import { apiKeyOf, type Principal } from '../auth/principal';
 import { APP_CONFIG, type AppConfig } from '../config/config';
 import { ApiError } from '../http/api-error';
 
@@ -23,7 +23,7 @@ export class StreamSlots {
    */
   acquire(principal: Principal, request: FastifyRequest): () => void {
     const { maxStreamsPerKey, maxStreamsPerTenant } = this.config.sse;
-    const key = `${principal.tenantId}\u0000${principal.keyId}`;
+    const key = apiKeyOf(principal);
     const refused =
       (this.byKey.get(key) ?? 0) >= maxStreamsPerKey
         ? `this API key has ${maxStreamsPerKey} streams open (SSE_MAX_STREAMS_PER_KEY)`
