@@ -144,29 +144,37 @@ it('sends overflow to a notification stream client that stops reading, and close
   expect(status).toBe(200);
   socket.pause();
   expect(await metric(service, 'runledger_sse_clients')).toBe(1);
-  // 40 threads blocked on a question of 256 KiB: each item carries it twice (question and
-  // summary), 20 MiB in all, more than the kernel's socket buffers take.
-  const question = 'q'.repeat(256 * 1024);
-  for (let i = 0; i < 40; i += 1) {
-    const res = await request(service.baseUrl, `/v1/runs/asks-${i}/events`, {
+  // A thread blocked 4,500 times, each on a question of 4,096 characters (the most an item
+  // keeps), unblocked each time by its tool's finish: items of about 4.7 KB, 21 MB in all,
+  // more than the kernel's socket buffers take.
+  const question = 'q'.repeat(4096);
+  const append = async (events: object[]) => {
+    const res = await request(service.baseUrl, '/v1/runs/asks/events', {
       key: KEY,
-      body: {
-        events: [
-          { type: 'run.started', data: { threadId: `t-asks-${i}`, agent: 'a', source: 'api' } },
-          {
-            type: 'approval.requested',
-            data: {
-              approvalId: `a-${i}`,
-              toolCallId: `c-${i}`,
-              toolName: 'deploy',
-              input: {},
-              question,
-            },
-          },
-        ],
-      },
+      body: { events },
     });
     expect(res.status).toBe(201);
+  };
+  await append([{ type: 'run.started', data: { threadId: 't-asks', agent: 'a', source: 'api' } }]);
+  for (let batch = 0; batch < 9; batch += 1) {
+    // 500 blocks an append: 1,000 events, the most one takes.
+    const events = Array.from({ length: 500 }, (_, i) => {
+      const call = `c-${batch}-${i}`;
+      return [
+        {
+          type: 'approval.requested',
+          data: {
+            approvalId: `a-${batch}-${i}`,
+            toolCallId: call,
+            toolName: 'deploy',
+            input: {},
+            question,
+          },
+        },
+        { type: 'tool.finished', data: { toolCallId: call, failed: false, output: 'done' } },
+      ];
+    });
+    await append(events.flat());
   }
   // Within the send timeout, plus the grace the overflow frame gets.
   await eventually(async () => (await metric(service, 'runledger_sse_clients')) === 0, 15_000);

@@ -681,8 +681,14 @@ export interface components {
             } | unknown[] | string | number | boolean) | null;
             /** @description The input's size as JSON, when `input` is absent */
             inputChars?: number;
+            /** @description Cut to 4,096 characters, or to 256 past the first 16 pending approvals with long questions */
             question?: string;
+            /** @description The whole question's length, when `question` was cut */
+            questionChars?: number;
+            /** @description Absent when over 4,096 characters of JSON, or over 256 past the first 16 pending approvals with long options (the approval.requested event has them) */
             options?: string[];
+            /** @description The options' size as JSON, when `options` is absent */
+            optionsChars?: number;
             /** Format: date-time */
             requestedAt: string;
         };
@@ -859,7 +865,10 @@ export interface components {
             recordedAt: string;
             approvalId?: string;
             toolName?: string;
+            /** @description Cut to 4,096 characters when longer */
             question?: string;
+            /** @description The whole question's length, when `question` was cut */
+            questionChars?: number;
         };
         NotificationPage: {
             /** @description Oldest first */

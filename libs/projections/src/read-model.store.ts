@@ -56,7 +56,7 @@ import type {
  * Bumped when the tables change shape or the fold writes them differently: an older file is
  * dropped and rebuilt from the log.
  */
-const SCHEMA_VERSION = 16;
+const SCHEMA_VERSION = 17;
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS threads (

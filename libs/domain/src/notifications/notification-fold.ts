@@ -11,6 +11,7 @@
  */
 import { isEventType, type EndStatus, type EventType } from '../event-types';
 import { toolLabel } from '../tool-labels';
+import { boundedQuestion } from '../projections/thread-fold';
 import type { ProjectedEvent } from '../projections/thread-state';
 
 export const NOTIFICATION_KINDS = ['blocked', 'finished'] as const;
@@ -36,7 +37,10 @@ export interface Notification {
   /** On `blocked`: what waits for a decision. */
   approvalId?: string;
   toolName?: string;
+  /** Cut as the thread view cuts a pending approval's question (PENDING_DETAIL_MAX_CHARS). */
   question?: string;
+  /** The whole question's length, when `question` was cut. */
+  questionChars?: number;
 }
 
 /** What the fold keeps per thread: just enough to see its status change. */
@@ -197,7 +201,7 @@ function blocked(state: NotificationThread, event: ProjectedEvent, runId: string
     event: 'approval.requested',
     approvalId: String(data.approvalId),
     toolName,
-    ...(question === undefined ? {} : { question }),
+    ...(question === undefined ? {} : boundedQuestion(question)),
   };
 }
 
@@ -226,8 +230,19 @@ function base(state: NotificationThread, event: ProjectedEvent, runId: string) {
   };
 }
 
+/**
+ * Collapsing whitespace turns a prefix of the text into a prefix of the summary, so a long text
+ * (a question of 1 MiB) is read only as far as its summary needs: the client surface folds on
+ * the api's event loop.
+ */
 function cut(text: string): string {
-  const collapsed = text.replace(/\s+/g, ' ');
-  if (collapsed.length <= SUMMARY_MAX) return collapsed;
-  return `${[...collapsed].slice(0, SUMMARY_MAX - 1).join('')}…`;
+  for (let read = 4 * SUMMARY_MAX; ; read *= 2) {
+    const whole = read >= text.length;
+    const collapsed = (whole ? text : text.slice(0, read)).replace(/\s+/g, ' ');
+    if (whole && collapsed.length <= SUMMARY_MAX) return collapsed;
+    const chars = [...collapsed];
+    // Once the prefix holds more than SUMMARY_MAX characters, its first SUMMARY_MAX - 1 are
+    // the summary's, whatever follows them.
+    if (whole || chars.length > SUMMARY_MAX) return `${chars.slice(0, SUMMARY_MAX - 1).join('')}…`;
+  }
 }

@@ -3,7 +3,7 @@
  * with the thread view's own status for every sequence the write path could record.
  */
 import fc from 'fast-check';
-import { applyToThread, emptyThread } from '../projections/thread-fold';
+import { applyToThread, emptyThread, PENDING_DETAIL_MAX_CHARS } from '../projections/thread-fold';
 import type { EventType } from '../event-types';
 import type { ProjectedEvent } from '../projections/thread-state';
 import { TENANT, THREAD, ThreadLog } from '../projections/testing/thread-events';
@@ -165,6 +165,14 @@ describe('foldNotification', () => {
     );
     expect(item.summary).toHaveLength(SUMMARY_MAX);
     expect(item.summary.endsWith('…')).toBe(true);
+  });
+
+  it(`cuts a summary of a few hundred characters to ${SUMMARY_MAX}`, () => {
+    const [item] = notify(
+      log.runStarted('r1'),
+      log.event('r1', 'run.finished', { status: 'failed', errorText: 'x'.repeat(600) }),
+    );
+    expect(item.summary).toBe(`run failed | ${'x'.repeat(SUMMARY_MAX - 14)}…`);
   });
 
   it('gives one item per transition of the thread view into blocked or finished, for any sequence', () => {
@@ -410,6 +418,22 @@ describe('foldNotification: what the write path never records, and its limits', 
       ['r1', 'completed'],
       ['r2', 'failed'],
     ]);
+  });
+
+  it('cuts a long question as the thread view does, and summarizes it from its start', () => {
+    const state = emptyNotificationThread(TENANT, THREAD);
+    foldNotification(state, log.runStarted('r1'));
+    const asked = log.approvalRequested('r1', 'ap1', 'tc1', 'deploy', { env: 'prod' });
+    const question = `Apply this patch?${' '.repeat(PENDING_DETAIL_MAX_CHARS)}${'+ line\n'.repeat(PENDING_DETAIL_MAX_CHARS)}end`;
+    const item = foldNotification(state, { ...asked, data: { ...asked.data, question } });
+    expect(item?.question).toBe(question.slice(0, PENDING_DETAIL_MAX_CHARS));
+    expect(item?.questionChars).toBe(question.length);
+    expect(item?.summary).toBe(
+      `approval requested: Deploying: prod | Apply this patch? ${'+ line '.repeat(40)}`.slice(
+        0,
+        SUMMARY_MAX - 1,
+      ) + '…',
+    );
   });
 
   it('leaves out a question that is not text', () => {

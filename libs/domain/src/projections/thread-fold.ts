@@ -7,6 +7,7 @@
  * per event would make that quadratic. `evolveThread` is the pure form: a copy, then apply.
  */
 import type { EventDataByType } from '../event-catalogue';
+import { cutChars } from '../canonical-json';
 import { isPlainObject } from '../plain-object';
 import { EVENT_TYPES, type EndStatus, type EventType } from '../event-types';
 import { toolLabel } from '../tool-labels';
@@ -484,13 +485,35 @@ function toolStarted(fold: Fold, data: EventDataByType['tool.started']): void {
 }
 
 /**
- * A pending approval keeps its input in the thread's header only while it is small (this many
- * characters of JSON) and among the first MAX_PENDING_INPUTS that do: the header is read and
+ * What a pending approval keeps in the thread's header is bounded: the header is read and
  * written with every event of the thread, and 70 approvals of 900 KB inputs took the projector
- * past its heap. The tool part asking for the approval keeps the whole input.
+ * past its heap. The approval.requested event in the log keeps every detail whole.
+ * - An input is kept only while it is at most PENDING_DETAIL_MAX_CHARS characters of JSON, and
+ *   among the first MAX_PENDING_DETAILS pending approvals that keep one; the tool part asking
+ *   for the approval keeps it whole.
+ * - A question is cut to PENDING_DETAIL_MAX_CHARS characters among the first
+ *   MAX_PENDING_DETAILS pending approvals that keep a long one (over PENDING_BRIEF_CHARS), and
+ *   to PENDING_BRIEF_CHARS past them.
+ * - Options are kept while their JSON is at most PENDING_BRIEF_CHARS characters, or at most
+ *   PENDING_DETAIL_MAX_CHARS among the first MAX_PENDING_DETAILS that keep long ones.
+ * A detail not kept whole says its size (`inputChars`, `questionChars`, `optionsChars`).
  */
-export const PENDING_INPUT_MAX_CHARS = 4096;
-export const MAX_PENDING_INPUTS = 16;
+export const PENDING_DETAIL_MAX_CHARS = 4096;
+export const PENDING_BRIEF_CHARS = 256;
+export const MAX_PENDING_DETAILS = 16;
+
+/**
+ * Whether fewer than MAX_PENDING_DETAILS pending approvals, the one being replaced aside, keep
+ * a detail `kept` answers true for.
+ */
+function roomFor(
+  state: Pick<ThreadHeader, 'pendingApprovals'>,
+  replacing: number,
+  kept: (pending: PendingApproval) => boolean,
+): boolean {
+  const count = state.pendingApprovals.filter((p, i) => i !== replacing && kept(p)).length;
+  return count < MAX_PENDING_DETAILS;
+}
 
 /** `{ input }` when the header keeps it, else `{ inputChars }`, its size as JSON. */
 function pendingInput(
@@ -499,10 +522,48 @@ function pendingInput(
   replacing: number,
 ): Pick<PendingApproval, 'input' | 'inputChars'> {
   const chars = JSON.stringify(input).length;
-  const kept = state.pendingApprovals.filter((p, i) => i !== replacing && 'input' in p).length;
-  return chars <= PENDING_INPUT_MAX_CHARS && kept < MAX_PENDING_INPUTS
+  return chars <= PENDING_DETAIL_MAX_CHARS && roomFor(state, replacing, (p) => 'input' in p)
     ? { input }
     : { inputChars: chars };
+}
+
+/** The question as the header keeps it; nothing for a question that is not text (null). */
+function pendingQuestion(
+  state: Pick<ThreadHeader, 'pendingApprovals'>,
+  question: unknown,
+  replacing: number,
+): Pick<PendingApproval, 'question' | 'questionChars'> {
+  if (typeof question !== 'string') return {};
+  const long = (p: PendingApproval) => (p.question?.length ?? 0) > PENDING_BRIEF_CHARS;
+  return boundedQuestion(
+    question,
+    roomFor(state, replacing, long) ? PENDING_DETAIL_MAX_CHARS : PENDING_BRIEF_CHARS,
+  );
+}
+
+/** `{ question }`, cut to `maxChars` with `questionChars` (its length) when longer. */
+export function boundedQuestion(
+  question: string,
+  maxChars = PENDING_DETAIL_MAX_CHARS,
+): { question: string; questionChars?: number } {
+  if (question.length <= maxChars) return { question };
+  return { question: cutChars(question, maxChars), questionChars: question.length };
+}
+
+/** The options as the header keeps them, else `{ optionsChars }`; nothing for null. */
+function pendingOptions(
+  state: Pick<ThreadHeader, 'pendingApprovals'>,
+  options: unknown,
+  replacing: number,
+): Pick<PendingApproval, 'options' | 'optionsChars'> {
+  if (!Array.isArray(options)) return {};
+  const chars = JSON.stringify(options).length;
+  const long = (p: PendingApproval) =>
+    p.options !== undefined && JSON.stringify(p.options).length > PENDING_BRIEF_CHARS;
+  const kept =
+    chars <= PENDING_BRIEF_CHARS ||
+    (chars <= PENDING_DETAIL_MAX_CHARS && roomFor(state, replacing, long));
+  return kept ? { options: options as string[] } : { optionsChars: chars };
 }
 
 /** `{}`, what a finish that came alone records. */
@@ -632,8 +693,8 @@ function approvalRequested(fold: Fold, data: EventDataByType['approval.requested
     toolCallId: data.toolCallId,
     toolName: data.toolName,
     ...pendingInput(state, input, at),
-    ...(data.question === undefined ? {} : { question: data.question }),
-    ...(data.options === undefined ? {} : { options: data.options }),
+    ...pendingQuestion(state, data.question, at),
+    ...pendingOptions(state, data.options, at),
     requestedAt: event.recordedAt,
   };
   if (at === -1) state.pendingApprovals.push(pending);

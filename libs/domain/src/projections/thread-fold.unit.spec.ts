@@ -23,8 +23,9 @@ import {
   evolveThread,
   FINISHED_RUNS_KEPT,
   MAX_PARTS_PER_MESSAGE,
-  MAX_PENDING_INPUTS,
-  PENDING_INPUT_MAX_CHARS,
+  MAX_PENDING_DETAILS,
+  PENDING_BRIEF_CHARS,
+  PENDING_DETAIL_MAX_CHARS,
   THREAD_EVENT_HANDLING,
   threadKey,
   threadOf,
@@ -1371,22 +1372,163 @@ describe('edges of the fold', () => {
 
   it('keeps a large input out of the pending approvals, and any input past the first few: the header stays small', () => {
     const history = [log.runStarted('r1')];
-    const big = { blob: 'x'.repeat(PENDING_INPUT_MAX_CHARS) };
+    const big = { blob: 'x'.repeat(PENDING_DETAIL_MAX_CHARS) };
     const state = given(...history).when(
       log.approvalRequested('r1', 'ap-big', 'tc-big', 'deploy', big),
-      ...Array.from({ length: MAX_PENDING_INPUTS + 2 }, (_, i) =>
+      ...Array.from({ length: MAX_PENDING_DETAILS + 2 }, (_, i) =>
         log.approvalRequested('r1', `ap${i}`, `tc${i}`, 'deploy', { n: i }),
       ),
     );
     const [large, ...small] = state.pendingApprovals;
     expect(large).not.toHaveProperty('input');
     expect(large.inputChars).toBe(JSON.stringify(big).length);
-    expect(small.slice(0, MAX_PENDING_INPUTS).map((p) => p.input)).toEqual(
-      Array.from({ length: MAX_PENDING_INPUTS }, (_, i) => ({ n: i })),
+    expect(small.slice(0, MAX_PENDING_DETAILS).map((p) => p.input)).toEqual(
+      Array.from({ length: MAX_PENDING_DETAILS }, (_, i) => ({ n: i })),
     );
-    expect(small.slice(MAX_PENDING_INPUTS).every((p) => !('input' in p))).toBe(true);
+    expect(small.slice(MAX_PENDING_DETAILS).every((p) => !('input' in p))).toBe(true);
     // The part a person decides on keeps the whole input.
     expect(toolPart(state, 'tc-big').input).toEqual(big);
+  });
+
+  /** The pending approval a run's one request, with this question and these options, leaves. */
+  const pendingAsked = (asked: { question: string; options?: string[] }) => {
+    const started = log.runStarted('r1');
+    const request = event('r1', 'approval.requested', {
+      approvalId: 'ap1',
+      toolCallId: 'tc1',
+      toolName: 'patch',
+      input: {},
+      ...asked,
+    });
+    return given(started).when(request).pendingApprovals[0];
+  };
+
+  it('cuts a long question and leaves long options out of the pending approvals: one request cannot grow the header', () => {
+    const question = `Apply this patch?\n${'+ line\n'.repeat(PENDING_DETAIL_MAX_CHARS)}`;
+    const options = Array.from({ length: 64 }, (_, i) => `${i}: ${'o'.repeat(200)}`);
+    const pending = pendingAsked({ question, options });
+    expect(pending.question).toBe(question.slice(0, PENDING_DETAIL_MAX_CHARS));
+    expect(pending.questionChars).toBe(question.length);
+    expect(pending).not.toHaveProperty('options');
+    expect(pending.optionsChars).toBe(JSON.stringify(options).length);
+    expect(JSON.stringify(pending).length).toBeLessThan(2 * PENDING_DETAIL_MAX_CHARS);
+  });
+
+  it('keeps a question and options that fit whole, with no size beside them', () => {
+    const question = 'q'.repeat(PENDING_DETAIL_MAX_CHARS);
+    const options = ['o'.repeat(PENDING_DETAIL_MAX_CHARS - 4)];
+    const pending = pendingAsked({ question, options });
+    expect(pending).toMatchObject({ question, options });
+    expect(pending).not.toHaveProperty('questionChars');
+    expect(pending).not.toHaveProperty('optionsChars');
+  });
+
+  it('keeps an input of exactly the limit, and one asked again under the same id among the kept', () => {
+    const exact = { s: 'x'.repeat(PENDING_DETAIL_MAX_CHARS - '{"s":""}'.length) };
+    const history = [
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap-exact', 'tc-exact', 'deploy', exact),
+      ...Array.from({ length: MAX_PENDING_DETAILS - 1 }, (_, i) =>
+        log.approvalRequested('r1', `ap${i}`, `tc${i}`, 'deploy', { n: i }),
+      ),
+    ];
+    const state = given(...history).when(
+      log.approvalRequested('r1', 'ap0', 'tc-other', 'deploy', { n: 'again' }),
+    );
+    expect(JSON.stringify(exact)).toHaveLength(PENDING_DETAIL_MAX_CHARS);
+    expect(state.pendingApprovals[0].input).toEqual(exact);
+    expect(state.pendingApprovals.find((p) => p.approvalId === 'ap0')?.input).toEqual({
+      n: 'again',
+    });
+  });
+
+  it('reads a question or options sent as null as absent', () => {
+    const started = log.runStarted('r1');
+    const request = event('r1', 'approval.requested', {
+      approvalId: 'ap1',
+      toolCallId: 'tc1',
+      toolName: 'patch',
+      input: {},
+      question: null,
+      options: null,
+    });
+    const [pending] = given(started).when(request).pendingApprovals;
+    expect(pending).not.toHaveProperty('question');
+    expect(pending).not.toHaveProperty('options');
+    expect(pending).not.toHaveProperty('questionChars');
+    expect(pending).not.toHaveProperty('optionsChars');
+  });
+
+  it(`keeps long questions and options for the first ${MAX_PENDING_DETAILS} pending approvals, brief ones for the rest`, () => {
+    const question = 'q'.repeat(PENDING_DETAIL_MAX_CHARS);
+    const longOptions = ['o'.repeat(PENDING_BRIEF_CHARS)];
+    // JSON of exactly PENDING_BRIEF_CHARS characters: brief.
+    const shortOptions = ['s'.repeat(PENDING_BRIEF_CHARS - 4)];
+    const history = [log.runStarted('r1')];
+    const asked = Array.from({ length: MAX_PENDING_DETAILS + 2 }, (_, i) =>
+      event('r1', 'approval.requested', {
+        approvalId: `ap${i}`,
+        toolCallId: `tc${i}`,
+        toolName: 'patch',
+        input: {},
+        question,
+        options: i === MAX_PENDING_DETAILS + 1 ? shortOptions : longOptions,
+      }),
+    );
+    const pending = given(...history).when(...asked).pendingApprovals;
+    for (const kept of pending.slice(0, MAX_PENDING_DETAILS)) {
+      expect(kept).toMatchObject({ question, options: longOptions });
+      expect(kept).not.toHaveProperty('questionChars');
+    }
+    const [brief, briefShort] = pending.slice(MAX_PENDING_DETAILS);
+    expect(brief.question).toBe(question.slice(0, PENDING_BRIEF_CHARS));
+    expect(brief.questionChars).toBe(question.length);
+    expect(brief).not.toHaveProperty('options');
+    expect(brief.optionsChars).toBe(JSON.stringify(longOptions).length);
+    // Options that are brief are kept however many approvals wait.
+    expect(briefShort.options).toEqual(shortOptions);
+  });
+
+  it('counts only the approvals that keep long details toward the first few', () => {
+    const brief = {
+      question: 'q'.repeat(PENDING_BRIEF_CHARS),
+      options: ['o'.repeat(PENDING_BRIEF_CHARS - 4)],
+    };
+    const history = [
+      log.runStarted('r1'),
+      log.approvalRequested('r1', 'ap-plain', 'tc-plain'),
+      ...Array.from({ length: MAX_PENDING_DETAILS }, (_, i) =>
+        event('r1', 'approval.requested', {
+          approvalId: `ap${i}`,
+          toolCallId: `tc${i}`,
+          toolName: 'patch',
+          input: {},
+          ...brief,
+        }),
+      ),
+    ];
+    const long = {
+      question: 'q'.repeat(PENDING_DETAIL_MAX_CHARS),
+      options: ['o'.repeat(PENDING_DETAIL_MAX_CHARS - 4)],
+    };
+    const state = given(...history).when(
+      event('r1', 'approval.requested', {
+        approvalId: 'ap-long',
+        toolCallId: 'tc-long',
+        toolName: 'patch',
+        input: {},
+        ...long,
+      }),
+    );
+    expect(state.pendingApprovals.at(-1)).toMatchObject(long);
+    expect(state.pendingApprovals.at(-1)).not.toHaveProperty('questionChars');
+  });
+
+  it('cuts a question between characters, never inside one', () => {
+    const question = `${'q'.repeat(PENDING_DETAIL_MAX_CHARS - 1)}😀 and more`;
+    const pending = pendingAsked({ question });
+    expect(pending.question).toBe('q'.repeat(PENDING_DETAIL_MAX_CHARS - 1));
+    expect(pending.questionChars).toBe(question.length);
   });
 
   it('keeps one pending approval per id, as last asked, with its options, and no question when none', () => {

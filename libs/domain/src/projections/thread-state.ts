@@ -78,12 +78,18 @@ export interface PendingApproval {
   runId: string;
   toolCallId: string;
   toolName: string;
-  /** Absent when too large to keep here (see PENDING_INPUT_MAX_CHARS): the tool part has it. */
+  /** Absent when too large to keep here (see PENDING_DETAIL_MAX_CHARS): the tool part has it. */
   input?: unknown;
   /** Its input's size as JSON, when the input is not kept here. */
   inputChars?: number;
+  /** Cut to PENDING_DETAIL_MAX_CHARS characters when longer. */
   question?: string;
+  /** The whole question's length, when `question` was cut. */
+  questionChars?: number;
+  /** Absent when too large to keep here; the approval.requested event has them. */
   options?: string[];
+  /** The options' size as JSON, when they are not kept here. */
+  optionsChars?: number;
   requestedAt: string;
 }
 

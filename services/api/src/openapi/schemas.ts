@@ -222,8 +222,21 @@ class PendingApproval {
   input?: unknown;
   @ApiPropertyOptional({ description: "The input's size as JSON, when `input` is absent" })
   inputChars?: number;
-  @ApiPropertyOptional() question?: string;
-  @ApiPropertyOptional({ type: [String] }) options?: string[];
+  @ApiPropertyOptional({
+    description:
+      'Cut to 4,096 characters, or to 256 past the first 16 pending approvals with long questions',
+  })
+  question?: string;
+  @ApiPropertyOptional({ description: "The whole question's length, when `question` was cut" })
+  questionChars?: number;
+  @ApiPropertyOptional({
+    type: [String],
+    description:
+      'Absent when over 4,096 characters of JSON, or over 256 past the first 16 pending approvals with long options (the approval.requested event has them)',
+  })
+  options?: string[];
+  @ApiPropertyOptional({ description: "The options' size as JSON, when `options` is absent" })
+  optionsChars?: number;
   @ApiProperty({ format: 'date-time' }) requestedAt!: string;
 }
 
@@ -406,7 +419,10 @@ export class Notification {
   @ApiProperty({ format: 'date-time' }) recordedAt!: string;
   @ApiPropertyOptional() approvalId?: string;
   @ApiPropertyOptional() toolName?: string;
-  @ApiPropertyOptional() question?: string;
+  @ApiPropertyOptional({ description: 'Cut to 4,096 characters when longer' })
+  question?: string;
+  @ApiPropertyOptional({ description: "The whole question's length, when `question` was cut" })
+  questionChars?: number;
 }
 
 export class NotificationPage {

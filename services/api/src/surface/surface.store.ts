@@ -49,9 +49,10 @@ const SCHEMA = `
 
 /**
  * Bumped when the follower folds the log differently: a file folded before is refolded at
- * start. 1: every user of a thread is recorded (it was its first 32).
+ * start. 1: every user of a thread is recorded (it was its first 32). 2: a blocked item's
+ * question is cut at 4,096 characters.
  */
-const FOLD_VERSION = 1;
+const FOLD_VERSION = 2;
 
 /** What the follower folds from the log: dropped by `clear`, refolded from position 0. */
 const FOLDED_TABLES = ['notification_threads', 'notifications', 'thread_users', 'bindings'];

@@ -254,6 +254,39 @@ describe('GET /v1/threads/:threadId pages', () => {
     expect(all.map((m) => m.id)).toEqual(Array.from({ length: 7 }, (_, n) => `big-${n}`));
   });
 
+  it('answers a small header however long the questions and options of its pending approvals', async () => {
+    const { threadId, runId } = await startThread('Approvals');
+    const question = `Apply this patch?\n${'+ a changed line\n'.repeat(12_000)}`;
+    const options = Array.from({ length: 64 }, (_, i) => `${i}: ${'an option '.repeat(50)}`);
+    let position = 0;
+    for (let i = 0; i < 8; i += 1) {
+      position = await append(runId, [
+        {
+          type: 'approval.requested',
+          data: {
+            approvalId: `ap${i}`,
+            toolCallId: `tc${i}`,
+            toolName: 'patch',
+            input: {},
+            question,
+            options,
+          },
+        },
+      ]);
+    }
+    const res = await t.http().get(`/v1/threads/${threadId}?minPosition=${position}`).set(t.auth());
+    expect(res.status).toBe(200);
+    // Eight questions of 204 KB and option lists of 33 KB would make 1.9 MB.
+    expect(res.text.length).toBeLessThan(64 * 1024);
+    expect(res.body.pendingApprovals).toHaveLength(8);
+    for (const pending of res.body.pendingApprovals) {
+      expect(pending.question).toBe(question.slice(0, 4096));
+      expect(pending.questionChars).toBe(question.length);
+      expect(pending).not.toHaveProperty('options');
+      expect(pending.optionsChars).toBe(JSON.stringify(options).length);
+    }
+  });
+
   it('answers text in any script, escapes and lone surrogates as it was appended, in pages and the export', async () => {
     const { threadId, runId } = await startThread('Überblick 📋');
     const texts = [

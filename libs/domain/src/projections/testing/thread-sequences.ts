@@ -40,7 +40,14 @@ type Action =
       named: boolean;
       output: unknown;
     }
-  | { kind: 'approval.requested'; run: number; approval: number; call: number }
+  | {
+      kind: 'approval.requested';
+      run: number;
+      approval: number;
+      call: number;
+      /** null and undefined alike are read as no question. */
+      question: string | null | undefined;
+    }
   | {
       kind: 'approval.resolved';
       run: number;
@@ -136,6 +143,7 @@ const action: fc.Arbitrary<Action> = fc.oneof(
       run,
       approval: fc.integer({ min: 0, max: 1 }),
       call,
+      question: fc.constantFrom('Refund 19.99 EUR?', 'Apply it? '.repeat(500), null, undefined),
     }),
     weight: 2,
   },
@@ -243,11 +251,12 @@ function eventsOf(actions: readonly Action[]): ProjectedEvent[] {
         const approvalId = `ap-${a.approval}`;
         awaiting.set(`${runId}/${approvalId}`, callId(a.call));
         latest.set(`${runId}/${callId(a.call)}`, approvalId);
-        events.push(
-          log.approvalRequested(runId, approvalId, callId(a.call), toolName(a.call), {
-            call: a.call,
-          }),
-        );
+        const request = log.approvalRequested(runId, approvalId, callId(a.call), toolName(a.call), {
+          call: a.call,
+        });
+        if (a.question === undefined) delete request.data.question;
+        else request.data.question = a.question;
+        events.push(request);
         break;
       }
       case 'approval.resolved': {
