@@ -10,7 +10,7 @@ import { Metrics } from '@runledger/observability';
 import { BodyRejections } from '../runs/body-rejections';
 import { ApiError } from './api-error';
 import { refusalToApiError } from './refusals';
-import { lingerUnread } from './request-guards';
+import { lingerUnread, mediaTypeRefusal } from './request-guards';
 
 const STATUS_CODES: Record<number, string> = {
   // Fastify's JSON parser is the only source of a bare 400: every other 400 is an ApiError.
@@ -97,8 +97,8 @@ export class ErrorFilter implements ExceptionFilter {
       answerRefusal(request, reply, answer, this.metrics);
       return;
     }
-    const apiError = toApiError(error);
-    if (!apiError) {
+    const known = toApiError(error);
+    if (!known) {
       this.logUnexpected(request, error);
       // The id the log line carries: what an operator greps for when a client reports this.
       void reply.status(500).send({
@@ -108,6 +108,11 @@ export class ErrorFilter implements ExceptionFilter {
       });
       return;
     }
+    // Fastify's 415s (ours say more) are only ever about the media type.
+    const apiError =
+      known.status === 415 && !(error instanceof ApiError)
+        ? mediaTypeRefusal(request.headers['content-type'])
+        : known;
     if (apiError.error === 'body_too_large') {
       // The answer is 413 whether or not the marker could be recorded; a failure to record is logged.
       await this.bodyRejections

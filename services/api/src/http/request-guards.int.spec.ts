@@ -569,16 +569,52 @@ describe('body limits', () => {
     });
   });
 
-  it.each(['text/plain', 'application/x-www-form-urlencoded'])(
-    'answers a %s body 415 unsupported_media_type',
-    async (type) => {
-      const res = await t
-        .http()
-        .post(`/v1/runs/run-${randomUUID()}/events`)
-        .set({ ...t.auth(), 'Content-Type': type })
-        .send('{"events":[]}');
-      expect(res.status).toBe(415);
-      expect(res.body).toMatchObject({ error: 'unsupported_media_type' });
+  it.each([
+    'text/plain',
+    'application/x-www-form-urlencoded',
+    'application/vnd.api+json',
+    'json',
+    'application/json, text/plain',
+  ])('answers a %s body 415 unsupported_media_type', async (type) => {
+    const res = await t
+      .http()
+      .post(`/v1/runs/run-${randomUUID()}/events`)
+      .set({ ...t.auth(), 'Content-Type': type })
+      .send('{"events":[]}');
+    expect(res.status).toBe(415);
+    expect(res.body).toMatchObject({ error: 'unsupported_media_type' });
+    // What to send instead, and the type that was sent.
+    expect(res.body.message).toContain('application/json');
+    expect(res.body.message).toContain(type);
+  });
+
+  it('answers a body of another media type sent to no route 404, as before any body is read', async () => {
+    const res = await t
+      .http()
+      .post('/v1/no-such-route')
+      .set({ ...t.auth(), 'Content-Type': 'text/plain' })
+      .send('hello');
+    expect(res.status).toBe(404);
+    expect(res.body).toMatchObject({ error: 'not_found' });
+  });
+
+  it.each([[[]], [['Content-Type: ']]])(
+    'answers a body sent with no Content-Type (%j) 415, saying what to send; nothing is written',
+    async (contentType) => {
+      const runId = `run-${randomUUID()}`;
+      // On a socket of its own: supertest names a type for every body it sends.
+      const head = [
+        `POST /v1/runs/${runId}/events HTTP/1.1`,
+        'Host: 127.0.0.1',
+        `Authorization: Bearer ${KEYS.tenantA}`,
+        `Content-Length: ${Buffer.byteLength(RUN_STARTED)}`,
+        ...contentType,
+      ].join('\r\n');
+      const answer = await rawRequest(t, head, RUN_STARTED);
+      expect(answer.status).toBe(415);
+      expect(JSON.parse(answer.body)).toMatchObject({ error: 'unsupported_media_type' });
+      expect(JSON.parse(answer.body).message).toMatch(/no Content-Type.*application\/json/);
+      expect((await t.http().get(`/v1/runs/${runId}/events`).set(t.auth())).status).toBe(404);
     },
   );
 

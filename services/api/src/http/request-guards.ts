@@ -427,6 +427,22 @@ function encodingRefusal(encoding: string): ApiError {
   );
 }
 
+/**
+ * The 415 for a body no parser takes (another media type, one that does not parse, or none):
+ * Fastify's own says only "Unsupported Media Type", this one what was sent and what to send.
+ */
+export function mediaTypeRefusal(contentType: string | undefined): ApiError {
+  const declared =
+    contentType === undefined || contentType.trim() === ''
+      ? 'the body has no Content-Type'
+      : `the body is declared as ${contentType.slice(0, 64)}`;
+  return new ApiError(
+    415,
+    'unsupported_media_type',
+    `${declared}; send it as Content-Type: application/json. Nothing was done`,
+  );
+}
+
 function invalidUtf8Refusal(): ApiError {
   const message =
     'the body is not valid UTF-8; it was not decoded (bytes are never replaced) and nothing was done';
