@@ -299,12 +299,29 @@ function* messageProblems(
   return problems;
 }
 
+/**
+ * A required field left out (or null) fails every rule on it: its type, not blank, its length.
+ * Listed whole, a client showing the first problem told of a length; it is told the field is
+ * required. The one rule of a field, or rules that all say the same (a failed call's
+ * errorText, "required when failed is true"), already say what is wrong, and are kept.
+ */
+function constraintsOf(error: ValidationError, field: string): [string, string][] {
+  const constraints = Object.entries(error.constraints ?? {});
+  const missing = error.value === undefined || error.value === null;
+  if (!missing || new Set(constraints.map(([, message]) => message)).size <= 1) return constraints;
+  return [['isDefined', `${field} is required`]];
+}
+
 function flatten(errors: ValidationError[], prefix: string, index: number | undefined): Problem[] {
   const problems: Problem[] = [];
   for (const error of errors) {
     const field = `${prefix}.${error.property}`;
-    for (const [rule, message] of Object.entries(error.constraints ?? {})) {
+    const worded = new Set<string>();
+    for (const [rule, message] of constraintsOf(error, field)) {
       const wording = rule === 'whitelistValidation' ? `${field} is not allowed` : message;
+      // Two rules may say the same (a failed call's missing errorText fails both of its rules).
+      if (worded.has(wording)) continue;
+      worded.add(wording);
       problems.push({ index, field, rule, message: wording });
     }
     // A loop, not push(...): a spread of many thousand problems overflows the call stack.

@@ -150,6 +150,67 @@ describe('validateEvent: the envelope', () => {
   });
 });
 
+describe('validateEvent: what each problem says', () => {
+  it.each([
+    ['run.started', 'agent'],
+    ['run.started', 'threadId'],
+    ['tool.started', 'toolCallId'],
+  ] as const)(
+    'names a required field of %s left out, or null, once as required: %s',
+    (type, field) => {
+      const required = [
+        {
+          index: 0,
+          field: `data.${field}`,
+          rule: 'isDefined',
+          message: `data.${field} is required`,
+        },
+      ];
+      const { [field]: _left, ...data }: Record<string, unknown> = { ...exampleEvent(type).data };
+      expect(problemsOf(validateEvent({ type, data }, 0))).toEqual(required);
+      expect(problemsOf(validateEvent({ type, data: { ...data, [field]: null } }, 0))).toEqual(
+        required,
+      );
+    },
+  );
+
+  it('keeps the words of the one rule of a required field left out', () => {
+    const { failed: _failed, ...data } = exampleEvent('tool.finished').data;
+    const problems = problemsOf(validateEvent({ type: 'tool.finished', data }, 0));
+
+    expect(problems).toEqual([
+      {
+        index: 0,
+        field: 'data.failed',
+        rule: 'isBoolean',
+        message: 'failed must be a boolean value',
+      },
+    ]);
+  });
+
+  it('names a value of the wrong type by each rule it fails', () => {
+    const data = { ...(exampleEvent('run.started').data as object), agent: 5 };
+    const problems = problemsOf(validateEvent({ type: 'run.started', data }, 0));
+
+    expect(problems.map((p) => p.rule).sort()).toEqual(['isString', 'matches', 'maxLength']);
+    expect(problems.every((p) => p.field === 'data.agent')).toBe(true);
+  });
+
+  it('says once what two rules say alike: a failed call must give its errorText', () => {
+    const data = { toolCallId: 'tc1', failed: true };
+    const problems = problemsOf(validateEvent({ type: 'tool.finished', data }, 0));
+
+    expect(problems).toEqual([
+      {
+        index: 0,
+        field: 'data.errorText',
+        rule: expect.any(String),
+        message: 'errorText is required when failed is true',
+      },
+    ]);
+  });
+});
+
 describe('isEventType', () => {
   it.each(EVENT_TYPES)('knows %s', (type) => {
     expect(isEventType(type)).toBe(true);
