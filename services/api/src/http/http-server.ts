@@ -98,15 +98,30 @@ function serverFor(config: AppConfig): FastifyServerFactory {
   return (handler) => {
     const server = createServer(
       {
+        // Checked below instead, to answer in the API's error shape.
+        requireHostHeader: false,
         headersTimeout: config.http.headersTimeoutMs,
         // node:http checks those timeouts every 30 s by default: a trickle would outlive them.
         connectionsCheckingInterval: Math.min(1000, config.http.headersTimeoutMs),
       },
       (request, response) => {
-        if (!floodedConnections.has(request.socket)) handler(request, response);
-        else request.socket.destroy();
+        if (floodedConnections.has(request.socket)) request.socket.destroy();
+        else if (request.headers.host === undefined && request.httpVersion === '1.1') {
+          answerUnrouted(request, response, 400, {
+            error: 'missing_host',
+            message: 'an HTTP/1.1 request must send a Host header; nothing was done',
+          });
+        } else handler(request, response);
       },
     );
+    // node:http's own answers to these (an empty 400, an empty 417) are in the API's error
+    // shape too, like its answers to bytes that are not a request.
+    server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
+      answerUnrouted(request, response, 417, {
+        error: 'expectation_failed',
+        message: 'the only Expect understood is 100-continue; nothing was done',
+      });
+    });
     server.keepAliveTimeout = config.http.keepAliveTimeoutMs;
     server.requestTimeout = config.http.requestTimeoutMs;
     // A client may end its side of the connection once its requests are sent (HTTP/1.1
@@ -118,6 +133,26 @@ function serverFor(config: AppConfig): FastifyServerFactory {
     (server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     return server;
   };
+}
+
+/**
+ * Answers a request before Fastify sees it. The connection stays open, as after any refusal:
+ * node:http has framed the request and discards its body, and a request pipelined behind it
+ * is answered in its turn (closed after this answer, it was carried out and never answered).
+ */
+function answerUnrouted(
+  request: IncomingMessage,
+  response: ServerResponse,
+  status: number,
+  body: { error: string; message: string },
+): void {
+  const json = JSON.stringify(body);
+  response.writeHead(status, {
+    'Content-Type': 'application/json',
+    'Content-Length': Buffer.byteLength(json),
+    'X-Request-Id': requestIdOf(request),
+  });
+  response.end(json);
 }
 
 function answerUnroutable(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {

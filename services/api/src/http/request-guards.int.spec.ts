@@ -1050,6 +1050,68 @@ describe('process guards', () => {
     });
   });
 
+  it('answers an HTTP/1.1 request without Host 400 in the API error shape, and asks for no body', async () => {
+    for (const head of [
+      'GET /health/live HTTP/1.1',
+      // A body it would refuse is not asked for (no 100 Continue first).
+      ['POST /v1/runs/r/events HTTP/1.1', 'Expect: 100-continue', 'Content-Length: 10'].join(
+        '\r\n',
+      ),
+    ]) {
+      const answer = await rawRequest(t, head);
+      expect(answer.status).toBe(400);
+      expect(answer.headers['x-request-id']).toEqual(expect.any(String));
+      expect(JSON.parse(answer.body)).toEqual({
+        error: 'missing_host',
+        message: expect.stringContaining('Host'),
+      });
+    }
+  });
+
+  it('answers an expectation other than 100-continue 417 in the API error shape', async () => {
+    const answer = await rawRequest(
+      t,
+      ['GET /health/live HTTP/1.1', 'Host: 127.0.0.1', 'Expect: 200-ok'].join('\r\n'),
+    );
+    expect(answer.status).toBe(417);
+    expect(JSON.parse(answer.body)).toEqual({
+      error: 'expectation_failed',
+      message: expect.stringContaining('100-continue'),
+    });
+  });
+
+  it.each([
+    ['without Host', ['GET /health/live HTTP/1.1'], 400],
+    [
+      'with Expect: 200-ok',
+      ['GET /health/live HTTP/1.1', 'Host: 127.0.0.1', 'Expect: 200-ok'],
+      417,
+    ],
+  ])(
+    'answers a request pipelined behind one %s, in order, and does what it asks once',
+    async (_name, refused, status) => {
+      const { port } = t.app.getHttpServer().address() as AddressInfo;
+      const runId = `run-${randomUUID()}`;
+      const append = `${post(`/v1/runs/${runId}/events`, {
+        Authorization: `Bearer ${KEYS.tenantA}`,
+        'Content-Length': Buffer.byteLength(RUN_STARTED),
+      })}\r\n\r\n${RUN_STARTED}`;
+      const received = await new Promise<string>((resolve) => {
+        const socket = connect(port, '127.0.0.1');
+        let text = '';
+        socket.setEncoding('utf8');
+        socket.on('data', (chunk: string) => (text += chunk));
+        socket.on('close', () => resolve(text));
+        socket.end(`${refused.join('\r\n')}\r\n\r\n${append}`);
+      });
+      expect(received.match(/HTTP\/1\.1 \d{3} /g)).toEqual([
+        `HTTP/1.1 ${status} `,
+        'HTTP/1.1 201 ',
+      ]);
+      expect(await eventCount(t, runId)).toBe(1);
+    },
+  );
+
   it('answers headers over 16 KiB 431 in the API error shape, with or without a key', async () => {
     for (const auth of [{}, { Authorization: `Bearer ${KEYS.tenantA}` }]) {
       const answer = await rawRequest(
