@@ -330,6 +330,24 @@ describe('authentication before the body', () => {
     expect(await eventCount(t, runId)).toBe(2);
   });
 
+  it('sends no 100 Continue to an HTTP/1.0 client, which cannot expect one (RFC 9110)', async () => {
+    const runId = await startRun(t);
+    const body = JSON.stringify({
+      events: [{ type: 'message.added', data: { messageId: 'm', role: 'user', text: 'old' } }],
+    });
+    const head = [
+      `POST /v1/runs/${runId}/events HTTP/1.0`,
+      'Host: 127.0.0.1',
+      'Content-Type: application/json',
+      `Content-Length: ${Buffer.byteLength(body)}`,
+      'Expect: 100-continue',
+      `Authorization: Bearer ${KEYS.tenantA}`,
+    ].join('\r\n');
+    const answer = await rawRequest(t, head, body);
+    expect(answer.status).toBe(201);
+    expect(await eventCount(t, runId)).toBe(2);
+  });
+
   it('answers 401 to an unknown key the same way, on every kind of route', async () => {
     for (const path of ['/v1/threads', '/v1/runs/r/steer', '/v1/admin/mirror/parked/e/retry']) {
       const answer = await rawRequest(

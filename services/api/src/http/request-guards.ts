@@ -304,8 +304,14 @@ export function guardRequestBodies(fastify: FastifyInstance, config: AppConfig):
       reply.raw.once('close', release);
     }
     // The client waits for this before it sends the body (curl does above 1 MiB): only a
-    // request that passed every check above gets it.
-    if (/100-continue/i.test(String(request.headers.expect ?? ''))) reply.raw.writeContinue();
+    // request that passed every check above gets it. An HTTP/1.0 client cannot expect one
+    // (RFC 9110 §10.1.1), and would read it as the answer.
+    if (
+      request.raw.httpVersion === '1.1' &&
+      /100-continue/i.test(String(request.headers.expect ?? ''))
+    ) {
+      reply.raw.writeContinue();
+    }
     done(null, payload);
   });
 
