@@ -1391,7 +1391,7 @@ describe('edges of the fold', () => {
   });
 
   /** The pending approval a run's one request, with this question and these options, leaves. */
-  const pendingAsked = (asked: { question: string; options?: string[] }) => {
+  const pendingAsked = (asked: { question: string | null; options?: string[] | null }) => {
     const started = log.runStarted('r1');
     const request = event('r1', 'approval.requested', {
       approvalId: 'ap1',
@@ -1443,16 +1443,7 @@ describe('edges of the fold', () => {
   });
 
   it('reads a question or options sent as null as absent', () => {
-    const started = log.runStarted('r1');
-    const request = event('r1', 'approval.requested', {
-      approvalId: 'ap1',
-      toolCallId: 'tc1',
-      toolName: 'patch',
-      input: {},
-      question: null,
-      options: null,
-    });
-    const [pending] = given(started).when(request).pendingApprovals;
+    const pending = pendingAsked({ question: null, options: null });
     expect(pending).not.toHaveProperty('question');
     expect(pending).not.toHaveProperty('options');
     expect(pending).not.toHaveProperty('questionChars');

@@ -83,6 +83,27 @@ function post(path: string, headers: Record<string, string | number>): string {
   ].join('\r\n');
 }
 
+/** An append of RUN_STARTED to `runId` with tenant A's key, as raw text: head and body. */
+function rawAppend(runId: string): string {
+  return `${post(`/v1/runs/${runId}/events`, {
+    Authorization: `Bearer ${KEYS.tenantA}`,
+    'Content-Length': Buffer.byteLength(RUN_STARTED),
+  })}\r\n\r\n${RUN_STARTED}`;
+}
+
+/** Sends `text` on a socket of its own, ends its side, and resolves with all it received. */
+function sendAll(t: TestApp, text: string): Promise<string> {
+  const { port } = t.app.getHttpServer().address() as AddressInfo;
+  return new Promise<string>((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    let received = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => (received += chunk));
+    socket.on('close', () => resolve(received));
+    socket.end(text);
+  });
+}
+
 async function startRun(t: TestApp, key: string = KEYS.tenantA): Promise<string> {
   const runId = `run-${randomUUID()}`;
   const res = await t
@@ -136,23 +157,8 @@ describe('a client that half-closes its socket after its request', () => {
   });
 
   it('is answered every request it pipelined, then the connection closes', async () => {
-    const { port } = t.app.getHttpServer().address() as AddressInfo;
     const runIds = [1, 2, 3].map(() => `run-${randomUUID()}`);
-    const appends = runIds.map(
-      (runId) =>
-        `${post(`/v1/runs/${runId}/events`, {
-          Authorization: `Bearer ${KEYS.tenantA}`,
-          'Content-Length': Buffer.byteLength(RUN_STARTED),
-        })}\r\n\r\n${RUN_STARTED}`,
-    );
-    const received = await new Promise<string>((resolve) => {
-      const socket = connect(port, '127.0.0.1');
-      let text = '';
-      socket.setEncoding('utf8');
-      socket.on('data', (chunk: string) => (text += chunk));
-      socket.on('close', () => resolve(text));
-      socket.end(appends.join(''));
-    });
+    const received = await sendAll(t, runIds.map(rawAppend).join(''));
     expect(received.match(/HTTP\/1\.1 201 /g)).toHaveLength(3);
     for (const runId of runIds) expect(await eventCount(t, runId)).toBe(1);
   });
@@ -1108,20 +1114,8 @@ describe('process guards', () => {
   ])(
     'answers a request pipelined behind one %s, in order, and does what it asks once',
     async (_name, refused, status) => {
-      const { port } = t.app.getHttpServer().address() as AddressInfo;
       const runId = `run-${randomUUID()}`;
-      const append = `${post(`/v1/runs/${runId}/events`, {
-        Authorization: `Bearer ${KEYS.tenantA}`,
-        'Content-Length': Buffer.byteLength(RUN_STARTED),
-      })}\r\n\r\n${RUN_STARTED}`;
-      const received = await new Promise<string>((resolve) => {
-        const socket = connect(port, '127.0.0.1');
-        let text = '';
-        socket.setEncoding('utf8');
-        socket.on('data', (chunk: string) => (text += chunk));
-        socket.on('close', () => resolve(text));
-        socket.end(`${refused.join('\r\n')}\r\n\r\n${append}`);
-      });
+      const received = await sendAll(t, `${refused.join('\r\n')}\r\n\r\n${rawAppend(runId)}`);
       expect(received.match(/HTTP\/1\.1 \d{3} /g)).toEqual([
         `HTTP/1.1 ${status} `,
         'HTTP/1.1 201 ',
